@@ -1,0 +1,27 @@
+// x86-64 access to the calling thread's rseq area: the area lies at a fixed offset from the
+// thread pointer (the %fs base), so a field is one %fs-relative load.
+#pragma once
+
+#include <cstdint>
+
+namespace percpu::arch {
+
+/// Loads the 32-bit field at byte `Field` of the area that starts `rseq_offset` bytes from the
+/// thread pointer. One instruction; volatile because the kernel rewrites the field on migration.
+template <std::uint32_t Field>
+inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
+  std::int32_t value;
+  asm volatile("movl %%fs:%c[field](%[off]), %[value]"
+               : [value] "=r"(value)
+               : [field] "i"(Field), [off] "r"(rseq_offset));
+  return value;
+}
+
+/// The thread pointer (%fs base), read from the TCB's self pointer at %fs:0.
+inline char* thread_pointer() noexcept {
+  char* tp;
+  asm("movq %%fs:0, %0" : "=r"(tp));
+  return tp;
+}
+
+}  // namespace percpu::arch

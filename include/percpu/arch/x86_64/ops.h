@@ -1,0 +1,242 @@
+// x86-64 per-CPU critical sections. Each function is one attempt: it arms an rseq_cs descriptor,
+// checks that the thread is on `index` (the area field at byte Field: cpu_id or mm_cid) and that
+// the process is in rseq mode, does its work, and commits with one final store.
+//
+// The kernel restarts the thread at the abort handler if it is preempted, migrated or signalled
+// between start and commit, so the body never sees another thread's half-done update on the same
+// CPU. Nothing here stores to cpu_id_start, cpu_id, node_id or mm_cid; the only area store is
+// the arming store to rseq_cs. Stores before the commit are allowed only to memory no other
+// thread reads until the commit publishes it (the try-store and memcpy variants).
+//
+// x86-64 is TSO: every store is a release store, so the _release variants of the generic layer
+// share these bodies (the "memory" clobber keeps the compiler from moving accesses across).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/arch/x86_64/sections.h"
+#include "percpu/runtime.h"
+#include "percpu/status.h"
+
+namespace percpu::arch {
+
+// Shared head of every section: descriptor, early exit to `moved`, arming store, index check and
+// mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the thread pointer.
+#define PERCPU_X86_SECTION_HEAD(more_exit_points)                            \
+  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4")                                   \
+  PERCPU_X86_EXIT_POINT("1", "%l[moved]")                                     \
+  more_exit_points PERCPU_X86_ARM_SECTION("3", "%[off]")                      \
+  "1:\n\t"                                                                    \
+  "cmpl %[index], %%fs:%c[field](%[off])\n\t"                                 \
+  "jnz %l[moved]\n\t"                                                         \
+  "cmpl $0, %[mode]\n\t"                                                      \
+  "jnz %l[moved]\n\t"
+
+#define PERCPU_X86_CMPFAIL_EXIT PERCPU_X86_EXIT_POINT("1", "%l[cmpfail]")
+
+// Commit label and abort handler (jumps to `aborted`).
+#define PERCPU_X86_SECTION_TAIL                                               \
+  "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
+  ".popsection\n\t"
+
+#define PERCPU_X86_HEAD_OPERANDS(off, index)                                  \
+  [off] "r"(off), [index] "r"(index), [field] "i"(Field),                    \
+      [mode] "m"(::percpu::detail::g_hot.fallback)
+
+/// add: *v += count.
+///
+///   if (area->index != index || fallback) return index_changed
+///   *v += count                              // commit (one read-modify-write instruction)
+template <std::uint32_t Field>
+inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD("")
+           "addq %[count], %[v]\n\t"
+           PERCPU_X86_SECTION_TAIL
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
+           : "rax", "memory", "cc"
+           : aborted, moved);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+}
+
+/// compare-and-store: if (*v == expect) *v = newv.
+///
+///   if (area->index != index || fallback) return index_changed
+///   if (*v != expect) return compare_failed
+///   *v = newv                                // commit
+template <std::uint32_t Field>
+inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                            std::intptr_t newv, int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq %[v], %[expect]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq %[newv], %[v]\n\t"
+           PERCPU_X86_SECTION_TAIL
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [newv] "r"(newv)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+cmpfail:
+  return status::compare_failed;
+}
+
+/// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
+/// (A buffer pop checks the slot it read as well as the count, so an intervening pop+push of
+/// another item cannot be mistaken for no change.)
+template <std::uint32_t Field>
+inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                     std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
+                                     int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq %[v], %[expect]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "cmpq %[v2], %[expect2]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq %[newv], %[v]\n\t"
+           PERCPU_X86_SECTION_TAIL
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [v2] "m"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+cmpfail:
+  return status::compare_failed;
+}
+
+/// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) }.
+///
+///   if (area->index != index || fallback) return index_changed
+///   head = *v
+///   if (head == expect) return compare_failed  // e.g. empty list (expect = 0)
+///   next = *(intptr_t*)(head + offset)
+///   *v = next                                  // commit
+///   *out = head                                // after the section
+template <std::uint32_t Field>
+inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
+                  std::intptr_t* out, int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "movq %[v], %%rbx\n\t"
+           "cmpq %%rbx, %[expect]\n\t"
+           "je %l[cmpfail]\n\t"
+           "movq (%%rbx, %[offset], 1), %%rcx\n\t"
+           "movq %%rcx, %[v]\n\t"
+           "2:\n\t"
+           "movq %%rbx, %[out]\n\t"
+           PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"
+           ".popsection\n\t"
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [offset] "r"(offset), [out] "m"(*out)
+           : "rax", "rbx", "rcx", "memory", "cc"
+           : aborted, moved, cmpfail);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+cmpfail:
+  return status::compare_failed;
+}
+
+/// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }.
+/// The store to v2 may happen in attempts that then abort; only the store to v commits.
+///
+///   if (area->index != index || fallback) return index_changed
+///   if (*v != expect) return compare_failed
+///   *v2 = newv2                                // try-store (not yet published)
+///   *v = newv                                  // commit
+template <std::uint32_t Field>
+inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                  std::intptr_t* v2, std::intptr_t newv2, std::intptr_t newv,
+                                  int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq %[v], %[expect]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq %[newv2], %[v2]\n\t"
+           "movq %[newv], %[v]\n\t"
+           PERCPU_X86_SECTION_TAIL
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [v2] "m"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+cmpfail:
+  return status::compare_failed;
+}
+
+/// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }.
+/// Copies 8 bytes at a time, then the remaining 0-7 bytes one at a time.
+///
+///   if (area->index != index || fallback) return index_changed
+///   if (*v != expect) return compare_failed
+///   copy len bytes src -> dst                  // not yet published
+///   *v = newv                                  // commit
+template <std::uint32_t Field>
+inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                   void* dst, const void* src, std::size_t len, std::intptr_t newv,
+                                   int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq %[v], %[expect]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq %[src], %%rsi\n\t"
+           "movq %[dst], %%rdi\n\t"
+           "movq %[len], %%rcx\n\t"
+           "shrq $3, %%rcx\n\t"
+           "jz 6f\n\t"
+           "5:\n\t"
+           "movq (%%rsi), %%rax\n\t"
+           "movq %%rax, (%%rdi)\n\t"
+           "addq $8, %%rsi\n\t"
+           "addq $8, %%rdi\n\t"
+           "decq %%rcx\n\t"
+           "jnz 5b\n\t"
+           "6:\n\t"
+           "movq %[len], %%rcx\n\t"
+           "andq $7, %%rcx\n\t"
+           "jz 8f\n\t"
+           "7:\n\t"
+           "movb (%%rsi), %%al\n\t"
+           "movb %%al, (%%rdi)\n\t"
+           "incq %%rsi\n\t"
+           "incq %%rdi\n\t"
+           "decq %%rcx\n\t"
+           "jnz 7b\n\t"
+           "8:\n\t"
+           "movq %[newv], %[v]\n\t"
+           PERCPU_X86_SECTION_TAIL
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
+           : "rax", "rcx", "rsi", "rdi", "memory", "cc"
+           : aborted, moved, cmpfail);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  return status::index_changed;
+cmpfail:
+  return status::compare_failed;
+}
+
+}  // namespace percpu::arch

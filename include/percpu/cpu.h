@@ -1,0 +1,104 @@
+// The getcpu cache: the CPU, NUMA node and concurrency id of the calling thread, read from the
+// rseq area the kernel keeps up to date (one %fs-relative load on the fast path).
+//
+// The values describe where the thread was at the moment of the load; the thread may migrate
+// right after. Use them as hints, or inside a per-CPU operation (percpu/ops.h), which checks
+// the index again inside its critical section.
+#pragma once
+
+#include <cstdint>
+
+#include "percpu/arch/x86_64/area.h"
+#include "percpu/arch/x86_64/pair.h"
+#include "percpu/runtime.h"
+
+namespace percpu {
+
+/// How per-CPU data is indexed.
+enum class index_mode {
+  /// By the CPU the thread runs on: indices in [0, possible CPUs), see machine_topology().
+  cpu_id,
+  /// By the kernel's per-process concurrency id: indices in [0, possible CPUs) but kept close to
+  /// 0 (at most min(threads, allowed CPUs) distinct values), so memory follows the threads that
+  /// run. Served by cpu_id on kernels before 6.3, which lack mm_cid.
+  mm_cid,
+};
+
+/// Name of an index mode: "cpu_id" or "mm_cid".
+constexpr const char* to_string(index_mode m) noexcept {
+  return m == index_mode::cpu_id ? "cpu_id" : "mm_cid";
+}
+
+/// The CPU the calling thread runs on, in [0, machine_topology().cpu_id_bound).
+///
+/// Fast path: one load of the rseq area's cpu_id (about 0.3 ns). Slow paths: the thread's first
+/// call when percpu registers its own area; in fallback mode, sched_getcpu() (vDSO or syscall).
+/// Never negative. Async-signal-safe.
+inline int current_cpu() noexcept {
+  const std::intptr_t off = detail::g_hot.rseq_offset;
+  if (PERCPU_LIKELY(off != 0)) {
+    const std::int32_t cpu = arch::load_area_i32<abi::kOffCpuId>(off);
+    if (PERCPU_LIKELY(cpu >= 0)) return cpu;
+  }
+  return detail::current_cpu_slow();
+}
+
+/// The NUMA node of the CPU the calling thread runs on (rseq node_id, Linux 6.3+; else getcpu()).
+/// Two loads from the area (cpu_id checks that the area is registered, then node_id). Never
+/// negative. Async-signal-safe.
+inline int current_node() noexcept {
+  const std::intptr_t off = detail::g_hot.rseq_offset;
+  if (PERCPU_LIKELY(off != 0 && detail::g_hot.node_usable)) {
+    if (PERCPU_LIKELY(arch::load_area_i32<abi::kOffCpuId>(off) >= 0))
+      return arch::load_area_i32<abi::kOffNodeId>(off);
+  }
+  return detail::current_node_slow();
+}
+
+/// The calling thread's concurrency id, in [0, machine_topology().mm_cid_bound).
+///
+/// The kernel's mm_cid (Linux 6.3+): unique among the process's threads running at the same
+/// moment and kept close to 0. Where the kernel lacks mm_cid this is cpu_id (same index space);
+/// where rseq is unavailable it is a dense per-thread index (the lowest id free when the thread
+/// first asked, released at thread exit), taken modulo the index space when threads outnumber it.
+/// Two loads from the area on the fast path (cpu_id, then mm_cid). Never negative.
+inline int current_mm_cid() noexcept {
+  const std::intptr_t off = detail::g_hot.rseq_offset;
+  if (PERCPU_LIKELY(off != 0 && detail::g_hot.mm_cid_usable)) {
+    if (PERCPU_LIKELY(arch::load_area_i32<abi::kOffCpuId>(off) >= 0))
+      return arch::load_area_i32<abi::kOffMmCid>(off);
+  }
+  return detail::current_mm_cid_slow();
+}
+
+/// The calling thread's index in mode M: current_cpu() or current_mm_cid().
+template <index_mode M>
+inline int current_index() noexcept {
+  if constexpr (M == index_mode::cpu_id) {
+    return current_cpu();
+  } else {
+    return current_mm_cid();
+  }
+}
+
+/// A CPU and the NUMA node it belongs to, read together.
+struct cpu_node {
+  int cpu;
+  int node;
+};
+
+/// The calling thread's CPU and that CPU's node, read inside one critical section so a migration
+/// between the two loads cannot pair one CPU with another CPU's node (about 1 ns). Falls back to
+/// getcpu(), which is consistent by itself, when node_id is unusable or rseq is unavailable.
+inline cpu_node current_cpu_node() noexcept {
+  const std::intptr_t off = detail::g_hot.rseq_offset;
+  if (PERCPU_LIKELY(off != 0 && detail::g_hot.node_usable)) {
+    std::int32_t cpu, node;
+    if (PERCPU_LIKELY(arch::read_cpu_node_pair(off, cpu, node))) return {cpu, node};
+  }
+  cpu_node pair;
+  detail::current_cpu_node_slow(pair.cpu, pair.node);
+  return pair;
+}
+
+}  // namespace percpu

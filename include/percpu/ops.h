@@ -1,0 +1,167 @@
+// Per-CPU operations: one attempt each, on the slot of the CPU (or mm_cid) the caller prepared
+// for, committing with one store inside an rseq critical section, or through the atomic fallback
+// in fallback mode. Plus retry(), the loop every caller needs.
+//
+// Usage (a per-CPU counter slot array `slots`, one word per CPU, spaced by a stride):
+//   percpu::retry<percpu::index_mode::cpu_id>([&](int cpu) {
+//     return percpu::add<percpu::index_mode::cpu_id>(&slots[cpu * stride], 1, cpu);
+//   });
+//
+// Preconditions common to all operations: `index` comes from current_index<M>() of the calling
+// thread (an index outside the index space is simply never current, so it reports
+// index_changed, except in fallback mode where it is not checked: pass valid indices); the words
+// are naturally aligned and stay valid for the call.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/arch/x86_64/ops.h"
+#include "percpu/cpu.h"
+#include "percpu/fallback.h"
+#include "percpu/runtime.h"
+#include "percpu/status.h"
+
+namespace percpu {
+
+namespace detail {
+
+/// Area field a mode compares against, as an asm immediate.
+template <index_mode M>
+inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
+
+/// True when an operation must leave the inline path: fallback mode, a switch in progress, or
+/// percpu not yet initialized.
+inline bool off_fast_path() noexcept { return PERCPU_UNLIKELY(g_hot.fallback != kRseqMode); }
+
+/// Runs `rseq_op(field)` with the field mode M compares (cpu_id when the kernel lacks mm_cid),
+/// or `fallback_op()` when the process is not in rseq mode.
+template <index_mode M, class RseqOp, class FallbackOp>
+inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
+  if (off_fast_path()) {
+    if (prepare_fallback()) return fallback_op();
+    return status::index_changed;  // just initialized in rseq mode: caller retries
+  }
+  if constexpr (M == index_mode::mm_cid) {
+    if (PERCPU_UNLIKELY(!g_hot.mm_cid_usable))
+      return rseq_op(std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
+  }
+  return rseq_op(std::integral_constant<std::uint32_t, kField<M>>{});
+}
+
+}  // namespace detail
+
+/// Memory ordering of the commit store of the store variants. On x86-64 every store is a
+/// release store, so both orders compile to the same code; the distinction matters on weaker
+/// architectures (a release commit orders the try-store or copy before the publishing store).
+enum class commit_order { relaxed, release };
+
+/// add: *v += count on `index`'s slot, as one commit.
+/// Returns committed, or aborted / index_changed (nothing stored: retry).
+template <index_mode M>
+inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::add<decltype(field)::value>(detail::g_hot.rseq_offset, v, count, index);
+      },
+      [&] { return detail::fallback_add(v, count); });
+}
+
+/// compare-and-store: if (*v == expect) *v = newv.
+/// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
+template <index_mode M>
+inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv,
+                            int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, newv, index);
+      },
+      [&] { return detail::fallback_compare_store(v, expect, newv); });
+}
+
+/// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
+/// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
+template <index_mode M>
+inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                    std::intptr_t expect2, std::intptr_t newv,
+                                    int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::compare_compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2,
+                                                    expect2, newv, index);
+      },
+      [&] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
+}
+
+/// free-list pop: if (*v != expect) { *out = *v; *v = *(intptr_t*)(*v + offset) }.
+/// `v` is a list head, `offset` the byte offset of the next pointer inside an item, `expect`
+/// the empty value (normally 0). Returns committed (*out = the popped item), compare_failed
+/// (the head equals expect: empty), or aborted / index_changed (retry).
+template <index_mode M>
+inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
+                  std::intptr_t* out, int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, offset, out, index);
+      },
+      [&] { return detail::fallback_pop(v, expect, offset, out); });
+}
+
+/// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }. The store to v2 may
+/// also happen in attempts that abort, so v2 must be memory nobody reads before the commit
+/// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,
+/// or aborted / index_changed (retry).
+template <index_mode M, commit_order O = commit_order::relaxed>
+inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                  std::intptr_t newv2, std::intptr_t newv, int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::compare_store_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2, newv2,
+                                                  newv, index);
+      },
+      [&] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
+}
+
+/// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. The copy may
+/// also happen in attempts that abort (same rule as compare_store_store for dst). `len` is in
+/// bytes; the copy moves 8-byte words, then the 0-7 byte tail. Returns committed,
+/// compare_failed, or aborted / index_changed (retry).
+template <index_mode M, commit_order O = commit_order::relaxed>
+inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
+                                   const void* src, std::size_t len, std::intptr_t newv,
+                                   int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::compare_memcpy_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, dst, src,
+                                                   len, newv, index);
+      },
+      [&] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
+}
+
+/// Consecutive aborts/index changes after which retry() moves the process to fallback mode (see
+/// detail::enter_fallback). Reached only when something keeps aborting every attempt, such as a
+/// debugger single-stepping through a section; preemption and signal storms abort a few
+/// attempts at most.
+inline constexpr unsigned kMaxConsecutiveRetries = 1000;
+
+/// Runs `attempt(index)` with the calling thread's current index until it returns committed or
+/// compare_failed, and returns that. Counts aborts and index changes (this_thread_stats()).
+/// After kMaxConsecutiveRetries consecutive retries it switches the process to fallback mode, in
+/// which every attempt completes, so the loop always ends.
+template <index_mode M, class Attempt>
+inline status retry(Attempt&& attempt) noexcept {
+  for (unsigned retries = 0;; ++retries) {
+    const status s = attempt(current_index<M>());
+    if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
+    if (s == status::aborted) {
+      detail::note_abort();
+    } else {
+      detail::note_index_change();
+    }
+    if (PERCPU_UNLIKELY(retries + 1 == kMaxConsecutiveRetries))
+      detail::enter_fallback("a critical section aborted 1000 times in a row (debugger?)");
+  }
+}
+
+}  // namespace percpu

@@ -1,0 +1,128 @@
+// Process-wide rseq state: who registered the rseq area, which fields are usable, whether the
+// process runs in rseq mode or in fallback mode, and why.
+//
+// Registration rules (design.md): glibc 2.35+ registers an area for every thread and exports
+// __rseq_offset/__rseq_size; percpu uses it whenever __rseq_size > 0. Otherwise percpu registers
+// its own area (initial-exec TLS, 64-byte aligned) on each thread's first use and unregisters it
+// at thread exit. If registration is impossible the process runs in fallback mode: the same
+// operations done with atomic instructions, same results, slower.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "percpu/abi.h"
+#include "percpu/config.h"
+
+namespace percpu {
+
+/// Who registered the rseq area that percpu reads.
+enum class area_owner {
+  none,    ///< nobody: fallback mode
+  glibc,   ///< glibc's per-thread area (__rseq_size > 0)
+  percpu,  ///< percpu's own initial-exec TLS area
+};
+
+/// Human-readable name of an owner: "none", "glibc" or "percpu".
+PERCPU_API const char* to_string(area_owner owner) noexcept;
+
+/// A snapshot of the process's rseq state, filled once at initialization (plus the fallback
+/// fields, which change if the process later leaves rseq mode).
+struct registration_info {
+  area_owner owner = area_owner::none;
+  /// True when per-CPU operations use the atomic fallback instead of critical sections.
+  bool fallback = false;
+  /// Why the process is in fallback mode (empty in rseq mode).
+  std::string fallback_reason;
+  /// errno of the failed rseq(2) registration behind fallback mode, 0 if none.
+  int registration_errno = 0;
+  /// Why glibc's area is not used, when it is not (empty when owner == glibc).
+  std::string glibc_reason;
+  /// True when the weak __rseq_offset/__rseq_size symbols resolved at link/load time.
+  bool glibc_symbols = false;
+  /// glibc's __rseq_size as read (0 if the symbols are absent), in bytes.
+  std::uint32_t glibc_rseq_size = 0;
+  /// getauxval(AT_RSEQ_FEATURE_SIZE): bytes of struct rseq the kernel fills; 0 if absent.
+  unsigned long feature_size = 0;
+  /// getauxval(AT_RSEQ_ALIGN): required alignment of the area in bytes; 0 if absent.
+  unsigned long alignment = 0;
+  /// Bytes of the registered area percpu relies on (glibc's extent or percpu's registered length).
+  std::uint32_t area_extent = 0;
+  /// Which optional fields hold kernel-written values (abi::decide_usable_fields).
+  abi::usable_fields fields;
+  /// Offset of the area from the thread pointer, in bytes (same in every thread).
+  std::intptr_t rseq_offset = 0;
+};
+
+/// Returns the process's rseq state, initializing percpu if needed. Thread-safe.
+PERCPU_API registration_info registration();
+
+/// True when per-CPU operations run as rseq critical sections, false in fallback mode.
+PERCPU_API bool rseq_active() noexcept;
+
+/// Counters of the slow paths, for the calling thread or the whole process.
+struct op_stats {
+  std::uint64_t aborts = 0;          ///< critical sections the kernel aborted
+  std::uint64_t index_changes = 0;   ///< sections that found the thread on another CPU/mm_cid
+  std::uint64_t fallback_ops = 0;    ///< operations done by the atomic fallback
+};
+
+/// Slow-path counters of the calling thread (cheap: thread-local).
+PERCPU_API op_stats this_thread_stats() noexcept;
+
+/// Aborts and index changes of all threads since start (fallback_ops stays 0 here: they are
+/// counted per thread only, to keep the fallback free of shared writes).
+PERCPU_API op_stats process_stats() noexcept;
+
+/// Number of process-wide switches from rseq mode to fallback mode (0 or 1).
+PERCPU_API unsigned fallback_switches() noexcept;
+
+namespace detail {
+
+/// The state the inline fast paths read. One cache line, written only during initialization and
+/// by the one-way switch to fallback mode.
+struct alignas(64) hot_state {
+  /// Offset of the rseq area from the thread pointer; 0 until percpu is initialized.
+  std::intptr_t rseq_offset;
+  /// kRseqMode, kSwitching (leaving rseq mode, fence in progress), kFallbackMode or
+  /// kUninitialized. Read inside every critical section, so that a fence can stop sections that
+  /// began before a switch.
+  std::uint32_t fallback;
+  /// Nonzero when node_id is usable.
+  std::uint32_t node_usable;
+  /// Nonzero when mm_cid is usable; otherwise mm_cid mode is served by cpu_id.
+  std::uint32_t mm_cid_usable;
+};
+PERCPU_API extern hot_state g_hot;
+
+inline constexpr std::uint32_t kRseqMode = 0;
+inline constexpr std::uint32_t kSwitching = 1;
+inline constexpr std::uint32_t kFallbackMode = 2;
+/// Initial value of g_hot.fallback: every operation leaves the inline path until initialize().
+inline constexpr std::uint32_t kUninitialized = 3;
+
+/// Initializes percpu (idempotent, thread-safe). Runs from a constructor before main as well.
+PERCPU_API void initialize() noexcept;
+
+/// Slow paths of the getcpu cache: initialize, register this thread, or ask the kernel.
+PERCPU_API int current_cpu_slow() noexcept;
+PERCPU_API int current_node_slow() noexcept;
+PERCPU_API int current_mm_cid_slow() noexcept;
+/// Fallback of the consistent pair: getcpu() (one vDSO call or system call).
+PERCPU_API void current_cpu_node_slow(int& cpu, int& node) noexcept;
+
+/// Moves the whole process to fallback mode (one way): marks the switch, aborts every critical
+/// section in flight (membarrier RSEQ fence, or a migration sweep over the CPUs where membarrier is
+/// unavailable), then lets fallback operations run. `reason` is recorded for registration().
+PERCPU_API void enter_fallback(const char* reason) noexcept;
+
+/// Waits until a switch to fallback mode in progress has completed.
+PERCPU_API void wait_for_fallback() noexcept;
+
+/// Slow-path accounting, called off the fast path.
+PERCPU_API void note_abort() noexcept;
+PERCPU_API void note_index_change() noexcept;
+PERCPU_API void note_fallback_op() noexcept;
+
+}  // namespace detail
+}  // namespace percpu

@@ -1,0 +1,31 @@
+// Outcome of one attempt at a per-CPU operation.
+#pragma once
+
+namespace percpu {
+
+/// What one attempt at a per-CPU operation did.
+enum class status {
+  /// The commit store happened: the operation took effect.
+  committed,
+  /// The kernel aborted the critical section (preemption, migration or signal) before the
+  /// commit; nothing was stored. Read the index again and retry.
+  aborted,
+  /// The thread was not on the index (CPU or mm_cid) the caller prepared for, or the process is
+  /// leaving rseq mode; nothing was stored. Read the index again and retry.
+  index_changed,
+  /// A compared value differed from what the caller expected; nothing was stored.
+  compare_failed,
+};
+
+/// Name of a status: "committed", "aborted", "index_changed" or "compare_failed".
+constexpr const char* to_string(status s) noexcept {
+  switch (s) {
+    case status::committed: return "committed";
+    case status::aborted: return "aborted";
+    case status::index_changed: return "index_changed";
+    case status::compare_failed: return "compare_failed";
+  }
+  return "?";
+}
+
+}  // namespace percpu

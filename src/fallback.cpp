@@ -1,0 +1,125 @@
+// Fallback mode's per-CPU operations (see include/percpu/fallback.h for the rules).
+#include "percpu/fallback.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "percpu/runtime.h"
+
+namespace percpu::detail {
+namespace {
+
+// One lock per cache line; a word's stripe is chosen by its cache line, so all operations on one
+// word (and on its neighbours in the same line) serialize on the same lock.
+constexpr std::size_t kStripes = 256;
+struct alignas(64) stripe {
+  std::atomic<bool> locked{false};
+};
+stripe g_stripes[kStripes];
+
+stripe& stripe_of(const void* v) {
+  const auto line = reinterpret_cast<std::uintptr_t>(v) >> 6;
+  return g_stripes[(line ^ (line >> 8)) % kStripes];
+}
+
+// Holds a stripe with all signals blocked, so a handler on this thread cannot wait for it.
+class stripe_guard {
+ public:
+  explicit stripe_guard(const void* v) : stripe_(stripe_of(v)) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &saved_);
+    while (stripe_.locked.exchange(true, std::memory_order_acquire)) {
+      while (stripe_.locked.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    }
+  }
+  ~stripe_guard() {
+    stripe_.locked.store(false, std::memory_order_release);
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  stripe_guard(const stripe_guard&) = delete;
+  stripe_guard& operator=(const stripe_guard&) = delete;
+
+ private:
+  stripe& stripe_;
+  sigset_t saved_;
+};
+
+std::intptr_t load(const std::intptr_t* v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+
+// Commits *v: expect -> newv with a CAS, so that a lock-free add/compare_store that slipped in
+// makes this attempt fail instead of being overwritten.
+bool commit(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv) {
+  return __atomic_compare_exchange_n(v, &expect, newv, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+bool prepare_fallback() noexcept {
+  std::uint32_t mode = __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE);
+  if (mode == kUninitialized) {
+    initialize();
+    mode = __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE);
+  }
+  if (mode == kRseqMode) return false;
+  if (mode == kSwitching) wait_for_fallback();
+  note_fallback_op();
+  return true;
+}
+
+status fallback_add(std::intptr_t* v, std::intptr_t count) noexcept {
+  __atomic_fetch_add(v, count, __ATOMIC_RELAXED);
+  return status::committed;
+}
+
+status fallback_compare_store(std::intptr_t* v, std::intptr_t expect,
+                              std::intptr_t newv) noexcept {
+  return commit(v, expect, newv) ? status::committed : status::compare_failed;
+}
+
+status fallback_compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                      std::intptr_t expect2, std::intptr_t newv) noexcept {
+  for (;;) {
+    stripe_guard guard(v);
+    if (load(v) != expect || load(v2) != expect2) return status::compare_failed;
+    if (commit(v, expect, newv)) return status::committed;
+  }
+}
+
+status fallback_pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
+                    std::intptr_t* out) noexcept {
+  // Pops serialize on the stripe, so the head cannot be popped and pushed back (ABA) between our
+  // read of its next pointer and the commit; a concurrent push only makes the commit fail.
+  stripe_guard guard(v);
+  for (;;) {
+    const std::intptr_t head = load(v);
+    if (head == expect) return status::compare_failed;
+    const std::intptr_t next = load(reinterpret_cast<const std::intptr_t*>(head + offset));
+    if (commit(v, head, next)) {
+      *out = head;
+      return status::committed;
+    }
+  }
+}
+
+status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                    std::intptr_t newv2, std::intptr_t newv) noexcept {
+  stripe_guard guard(v);
+  if (load(v) != expect) return status::compare_failed;
+  __atomic_store_n(v2, newv2, __ATOMIC_RELAXED);
+  return commit(v, expect, newv) ? status::committed : status::compare_failed;
+}
+
+status fallback_compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
+                                     const void* src, std::size_t len,
+                                     std::intptr_t newv) noexcept {
+  stripe_guard guard(v);
+  if (load(v) != expect) return status::compare_failed;
+  std::memcpy(dst, src, len);
+  return commit(v, expect, newv) ? status::committed : status::compare_failed;
+}
+
+}  // namespace percpu::detail

@@ -1,0 +1,367 @@
+// Registration of the rseq area, the process's mode (rseq or fallback), and the slow paths of the
+// getcpu cache. See include/percpu/runtime.h for the rules.
+#include "percpu/runtime.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "percpu/arch/x86_64/area.h"
+#include "percpu/membarrier.h"
+#include "percpu/topology.h"
+
+// glibc 2.35+ exports these (sysdeps/unix/sysv/linux/rseq-internal.h). Weak, so that percpu
+// loads with older or other C libraries; tests check that they resolve with glibc.
+extern "C" {
+extern const std::ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+}
+
+#ifndef AT_RSEQ_FEATURE_SIZE
+#define AT_RSEQ_FEATURE_SIZE 27
+#endif
+#ifndef AT_RSEQ_ALIGN
+#define AT_RSEQ_ALIGN 28
+#endif
+
+namespace percpu {
+namespace detail {
+hot_state g_hot = {0, kUninitialized, 0, 0};
+}  // namespace detail
+
+namespace {
+
+using detail::g_hot;
+
+// percpu's own area, used only when glibc did not register one. 64-byte aligned and 64 bytes
+// long: room for the feature sizes and alignments kernels report today. cpu_id starts at -1
+// (kCpuIdUninitialized) so the fast path sends an unregistered thread to the slow path.
+struct alignas(64) own_area {
+  abi::rseq_area area;
+  std::uint8_t extension[32];
+};
+static_assert(sizeof(own_area) == 64);
+
+__attribute__((tls_model("initial-exec"))) thread_local own_area t_area = {
+    {0, abi::kCpuIdUninitialized, 0, 0, 0, 0, {}}, {}};
+__attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
+__attribute__((tls_model("initial-exec"))) thread_local int t_dense_id = -1;
+__attribute__((tls_model("initial-exec"))) thread_local op_stats t_stats;
+
+std::atomic<std::uint64_t> g_aborts{0};
+std::atomic<std::uint64_t> g_index_changes{0};
+std::atomic<unsigned> g_switches{0};
+
+std::mutex g_info_mutex;
+// Constructed on first use: initialization may run from constructors of other objects before
+// this file's own dynamic initializers.
+registration_info& info_storage() {  // guarded by g_info_mutex
+  static registration_info info;
+  return info;
+}
+std::uint32_t g_own_length = 0;     // bytes percpu registers for its own area
+area_owner g_owner = area_owner::none;  // set once by initialization
+pthread_key_t g_exit_key;           // destructor: unregister, release the dense id
+
+std::mutex g_dense_mutex;
+std::vector<bool>& dense_used() {  // dense per-thread ids in use (fallback mm_cid)
+  static std::vector<bool> used;
+  return used;
+}
+
+long sys_rseq(void* area, std::uint32_t len, int flags) {
+  return syscall(abi::kSysRseq, area, len, flags, abi::kSignature);
+}
+
+std::string errno_reason(int err) {
+  switch (err) {
+    case ENOSYS:
+      return "rseq(2) is not implemented here (ENOSYS): a kernel before 4.18, valgrind, "
+             "qemu-user, or a seccomp filter";
+    case EPERM:
+      return "rseq(2) was denied (EPERM): a seccomp filter or security policy";
+    case EINVAL:
+      return "the kernel rejected percpu's rseq area (EINVAL): another owner already registered "
+             "an area for this thread";
+    case EBUSY:
+      return "an rseq area is already registered for this thread (EBUSY)";
+    default:
+      return std::string("rseq(2) registration failed: ") + std::strerror(err);
+  }
+}
+
+std::string glibc_reason(bool symbols) {
+  if (!symbols)
+    return "the C library does not export __rseq_offset/__rseq_size (glibc before 2.35, or "
+           "another libc)";
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables && std::strstr(tunables, "glibc.pthread.rseq=0"))
+    return "glibc's registration is disabled by GLIBC_TUNABLES=glibc.pthread.rseq=0";
+  return "glibc did not register an area (its __rseq_size is 0: registration failed at start)";
+}
+
+void on_thread_exit(void*) {
+  if (t_registered) {
+    // Same length as registered; afterwards the kernel writes nothing more into this TLS block.
+    sys_rseq(&t_area.area, g_own_length, abi::kFlagUnregister);
+    t_registered = false;
+  }
+  if (t_dense_id >= 0) {
+    std::lock_guard<std::mutex> lock(g_dense_mutex);
+    dense_used()[t_dense_id] = false;
+    t_dense_id = -1;
+  }
+}
+
+// Arms the exit hook for this thread. If the thread uses percpu again from a later destructor,
+// the hook is armed again and glibc runs it again (PTHREAD_DESTRUCTOR_ITERATIONS rounds).
+void arm_exit_hook() { pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1)); }
+
+// Registers percpu's own area for the calling thread; returns 0 or an errno value.
+int register_this_thread() {
+  if (sys_rseq(&t_area.area, g_own_length, 0) != 0) return errno;
+  t_registered = true;
+  arm_exit_hook();
+  return 0;
+}
+
+void do_initialize() {
+  registration_info info;
+  info.feature_size = getauxval(AT_RSEQ_FEATURE_SIZE);
+  info.alignment = getauxval(AT_RSEQ_ALIGN);
+  info.glibc_symbols = &__rseq_offset != nullptr && &__rseq_size != nullptr;
+  info.glibc_rseq_size = info.glibc_symbols ? __rseq_size : 0;
+  pthread_key_create(&g_exit_key, on_thread_exit);
+  (void)machine_topology();  // read sysfs now, not later inside a hot slow path
+
+  const std::intptr_t own_offset =
+      reinterpret_cast<char*>(&t_area.area) - arch::thread_pointer();
+  std::uint32_t mode = detail::kRseqMode;
+
+  if (info.glibc_rseq_size > 0) {
+    info.owner = area_owner::glibc;
+    info.rseq_offset = __rseq_offset;
+    info.area_extent = abi::glibc_area_extent(info.glibc_rseq_size);
+  } else {
+    info.glibc_reason = glibc_reason(info.glibc_symbols);
+    // Register max(32, feature size) bytes, which every kernel since 6.3 accepts for an area
+    // aligned to AT_RSEQ_ALIGN; if the kernel asks for more than our 64-byte TLS block, register
+    // the original 32 bytes, which every kernel accepts.
+    std::uint32_t len = std::max<unsigned long>(abi::kOriginalAreaSize, info.feature_size);
+    if (len > sizeof(own_area) || info.alignment > alignof(own_area)) len = abi::kOriginalAreaSize;
+    g_own_length = len;
+    const int err = register_this_thread();
+    if (err == 0) {
+      info.owner = area_owner::percpu;
+      info.area_extent = len;
+    } else {
+      info.owner = area_owner::none;
+      info.registration_errno = err;
+      info.fallback = true;
+      info.fallback_reason = errno_reason(err);
+      mode = detail::kFallbackMode;
+    }
+    // Even in fallback mode the fast path reads our (never registered) area: cpu_id stays -1
+    // there, which sends every call to the slow path.
+    info.rseq_offset = own_offset;
+  }
+  if (info.owner != area_owner::none) info.fields = abi::decide_usable_fields(info.area_extent,
+                                                                              info.feature_size);
+  {
+    std::lock_guard<std::mutex> lock(g_info_mutex);
+    info_storage() = info;
+  }
+  g_owner = info.owner;
+  g_hot.node_usable = info.fields.node_id;
+  g_hot.mm_cid_usable = info.fields.mm_cid;
+  __atomic_store_n(&g_hot.rseq_offset, info.rseq_offset, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_hot.fallback, mode, __ATOMIC_RELEASE);
+}
+
+std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done
+
+// The thread's area is registered (cpu_id >= 0), registering percpu's own area if percpu owns
+// registration. A thread that cannot register moves the process to fallback mode.
+bool ensure_registered() {
+  const std::intptr_t off = g_hot.rseq_offset;
+  if (arch::load_area_i32<abi::kOffCpuId>(off) >= 0) return true;
+  const area_owner owner = g_owner;
+  if (owner == area_owner::percpu) {
+    const int err = register_this_thread();
+    if (err == 0) return true;
+    detail::enter_fallback(("a thread could not register its rseq area: " +
+                            errno_reason(err)).c_str());
+  } else if (owner == area_owner::glibc) {
+    detail::enter_fallback("glibc's rseq registration failed for a thread (cpu_id < 0)");
+  }
+  return false;
+}
+
+int clamp_index(int value, int bound) { return value >= 0 && value < bound ? value : 0; }
+
+int dense_thread_id() {
+  if (t_dense_id < 0) {
+    std::lock_guard<std::mutex> lock(g_dense_mutex);
+    auto& used = dense_used();
+    auto it = std::find(used.begin(), used.end(), false);
+    t_dense_id = static_cast<int>(it - used.begin());
+    if (it == used.end()) {
+      used.push_back(true);
+    } else {
+      *it = true;
+    }
+    arm_exit_hook();
+  }
+  return t_dense_id % machine_topology().mm_cid_bound;
+}
+
+// Runs every CPU's pending work by running this thread on each allowed CPU in turn: when the
+// thread runs on a CPU, any thread that was inside a critical section there has been preempted
+// and will abort. The fence of last resort when membarrier is unavailable.
+void migration_sweep() {
+  cpu_set_t saved;
+  if (sched_getaffinity(0, sizeof(saved), &saved) != 0) return;
+  for (int cpu : machine_topology().possible_cpus) {
+    if (cpu >= CPU_SETSIZE) break;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) sched_yield();
+  }
+  sched_setaffinity(0, sizeof(saved), &saved);
+}
+
+}  // namespace
+
+const char* to_string(area_owner owner) noexcept {
+  switch (owner) {
+    case area_owner::glibc: return "glibc";
+    case area_owner::percpu: return "percpu";
+    case area_owner::none: break;
+  }
+  return "none";
+}
+
+registration_info registration() {
+  detail::initialize();
+  std::lock_guard<std::mutex> lock(g_info_mutex);
+  return info_storage();
+}
+
+bool rseq_active() noexcept {
+  detail::initialize();
+  return __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kRseqMode;
+}
+
+op_stats this_thread_stats() noexcept { return t_stats; }
+
+op_stats process_stats() noexcept {
+  op_stats s;
+  s.aborts = g_aborts.load(std::memory_order_relaxed);
+  s.index_changes = g_index_changes.load(std::memory_order_relaxed);
+  return s;
+}
+
+unsigned fallback_switches() noexcept { return g_switches.load(std::memory_order_relaxed); }
+
+namespace detail {
+
+void initialize() noexcept {
+  if (PERCPU_LIKELY(g_init_state.load(std::memory_order_acquire) == 2)) return;
+  int expected = 0;
+  if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    do_initialize();
+    g_init_state.store(2, std::memory_order_release);
+    return;
+  }
+  while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+int current_cpu_slow() noexcept {
+  initialize();
+  if (ensure_registered()) {
+    const int cpu = arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset);
+    if (cpu >= 0) return cpu;
+  }
+  return clamp_index(sched_getcpu(), machine_topology().cpu_id_bound);
+}
+
+int current_node_slow() noexcept {
+  initialize();
+  if (g_hot.node_usable && ensure_registered())
+    return arch::load_area_i32<abi::kOffNodeId>(g_hot.rseq_offset);
+  unsigned cpu = 0, node = 0;
+  if (getcpu(&cpu, &node) != 0) return 0;
+  return static_cast<int>(node);
+}
+
+void current_cpu_node_slow(int& cpu, int& node) noexcept {
+  initialize();
+  unsigned c = 0, n = 0;
+  if (getcpu(&c, &n) != 0) c = n = 0;
+  cpu = clamp_index(static_cast<int>(c), machine_topology().cpu_id_bound);
+  node = static_cast<int>(n);
+}
+
+int current_mm_cid_slow() noexcept {
+  initialize();
+  if (ensure_registered()) {
+    const std::intptr_t off = g_hot.rseq_offset;
+    if (g_hot.mm_cid_usable) return arch::load_area_i32<abi::kOffMmCid>(off);
+    return arch::load_area_i32<abi::kOffCpuId>(off);  // kernels before 6.3: cpu_id serves
+  }
+  return dense_thread_id();
+}
+
+void enter_fallback(const char* reason) noexcept {
+  initialize();
+  std::uint32_t expected = kRseqMode;
+  if (!__atomic_compare_exchange_n(&g_hot.fallback, &expected, kSwitching, false,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    wait_for_fallback();  // someone else switched, or we already are in fallback mode
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_info_mutex);
+    info_storage().fallback = true;
+    info_storage().fallback_reason = reason;
+  }
+  // From here every critical section that starts fails its mode check. Abort the ones that
+  // began earlier and may still commit; only then may fallback operations touch the slots.
+  if (membarrier_rseq_fence(-1) != 0) migration_sweep();
+  g_switches.fetch_add(1, std::memory_order_relaxed);
+  __atomic_store_n(&g_hot.fallback, kFallbackMode, __ATOMIC_RELEASE);
+}
+
+void wait_for_fallback() noexcept {
+  while (__atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == kSwitching) sched_yield();
+}
+
+void note_abort() noexcept {
+  ++t_stats.aborts;
+  g_aborts.fetch_add(1, std::memory_order_relaxed);
+}
+
+void note_index_change() noexcept {
+  ++t_stats.index_changes;
+  g_index_changes.fetch_add(1, std::memory_order_relaxed);
+}
+
+void note_fallback_op() noexcept { ++t_stats.fallback_ops; }
+
+}  // namespace detail
+
+// Initialize before main so that most programs never take the first-use path.
+__attribute__((constructor(101))) static void initialize_at_load() { detail::initialize(); }
+
+}  // namespace percpu

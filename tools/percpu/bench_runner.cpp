@@ -1,0 +1,97 @@
+#include "bench_runner.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace percpu::cli {
+namespace {
+
+// Collects the individual repetitions (not Google Benchmark's own aggregates).
+class collecting_reporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit collecting_reporter(std::string suite) : suite_(std::move(suite)) {}
+
+  bool ReportContext(const Context&) override { return true; }
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+      const std::string name = run.run_name.function_name;
+      if (index_.find(name) == index_.end()) {
+        index_[name] = results_.size();
+        results_.push_back({name, {}, 0, 0, 0});
+        std::cerr << "\r[" << suite_ << "] " << name << std::string(20, ' ') << std::flush;
+      }
+      results_[index_[name]].samples_ns.push_back(run.GetAdjustedRealTime());
+    }
+  }
+
+  std::vector<bench_result> take() {
+    std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
+    for (auto& r : results_) {
+      auto s = r.samples_ns;
+      std::sort(s.begin(), s.end());
+      const size_t n = s.size();
+      r.median_ns = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+      r.min_ns = s.front();
+      r.max_ns = s.back();
+    }
+    return std::move(results_);
+  }
+
+ private:
+  std::string suite_;
+  std::vector<bench_result> results_;
+  std::map<std::string, size_t> index_;
+};
+
+}  // namespace
+
+bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_plan quick) {
+  bench_plan plan = options.quick ? quick : thorough;
+  if (options.repetitions > 0) plan.repetitions = options.repetitions;
+  return plan;
+}
+
+std::vector<bench_result> run_registered(const std::string& suite) {
+  static bool initialized = false;
+  if (!initialized) {
+    int argc = 1;
+    char name[] = "percpu";
+    char* argv[] = {name, nullptr};
+    benchmark::Initialize(&argc, argv);
+    initialized = true;
+  }
+  collecting_reporter reporter(suite);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::ClearRegisteredBenchmarks();
+  return reporter.take();
+}
+
+const bench_result* find_result(const std::vector<bench_result>& results,
+                                const std::string& name) {
+  for (const auto& r : results)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+void write_json(const std::string& path, const std::string& suite,
+                const std::vector<bench_result>& results, const nlohmann::json& extra) {
+  nlohmann::json j = extra;
+  j["suite"] = suite;
+  for (const auto& r : results) {
+    j["results"].push_back({{"name", r.name},
+                            {"median_ns", r.median_ns},
+                            {"min_ns", r.min_ns},
+                            {"max_ns", r.max_ns},
+                            {"noisy", r.noisy()},
+                            {"samples_ns", r.samples_ns}});
+  }
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) std::cerr << "percpu: cannot write " << path << "\n";
+}
+
+}  // namespace percpu::cli

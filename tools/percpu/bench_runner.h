@@ -1,0 +1,47 @@
+// Runs Google Benchmark benchmarks in-process and collects the median of their repetitions, so a
+// suite can print ratios measured side by side in one run.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace percpu::cli {
+
+/// One benchmark's repetitions, in ns per iteration of its loop (real time).
+struct bench_result {
+  std::string name;
+  std::vector<double> samples_ns;  ///< one per repetition
+  double median_ns = 0;
+  double min_ns = 0;
+  double max_ns = 0;
+  /// Spread of the repetitions: (max - min) / median. Above 0.2 a result is marked noisy.
+  double spread() const { return median_ns > 0 ? (max_ns - min_ns) / median_ns : 0; }
+  bool noisy() const { return spread() > 0.2; }
+};
+
+/// Repetitions and minimum time per repetition a suite should use.
+struct bench_plan {
+  int repetitions;
+  double min_time_s;
+};
+
+/// The plan for `options` given the suite's defaults for a thorough and a quick run.
+bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_plan quick);
+
+/// Runs every benchmark registered so far (benchmark::RegisterBenchmark) and returns their
+/// results in registration order. Prints one progress line per benchmark to stderr.
+std::vector<bench_result> run_registered(const std::string& suite);
+
+/// Finds a result by name; nullptr if that benchmark did not run.
+const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name);
+
+/// Writes results as JSON: {"suite": ..., "results": [{name, median_ns, min_ns, max_ns,
+/// samples_ns}], plus `extra` merged in}.
+void write_json(const std::string& path, const std::string& suite,
+                const std::vector<bench_result>& results, const nlohmann::json& extra);
+
+}  // namespace percpu::cli

@@ -1,0 +1,30 @@
+// Entry points of the percpu command's subcommands.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace percpu::cli {
+
+/// `percpu info`: the machine's rseq facts as a JSON object (also used by the report).
+nlohmann::json info_json();
+/// Prints info_json() for people.
+void print_info(const nlohmann::json& info);
+
+/// `percpu deny-rseq`: installs a seccomp filter that fails rseq(2) with `err`, then execs
+/// `argv`. Returns only on failure (the exit status to use).
+int deny_rseq_exec(int err, const std::vector<std::string>& argv);
+
+/// Options shared by the benchmark suites.
+struct bench_options {
+  bool quick = false;          ///< fewer, shorter repetitions
+  int repetitions = 0;         ///< 0: the suite's default
+  std::string json_out;        ///< write raw results here when not empty
+};
+
+/// `percpu bench getcpu`: returns the process exit status.
+int bench_getcpu(const bench_options& options);
+
+}  // namespace percpu::cli

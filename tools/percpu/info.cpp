@@ -1,0 +1,94 @@
+// `percpu info`: what the kernel, the C library and percpu agreed on in this process.
+#include <fmt/core.h>
+#include <gnu/libc-version.h>
+#include <sys/utsname.h>
+
+#include <percpu/percpu.h>
+
+#include "commands.h"
+
+namespace percpu::cli {
+
+nlohmann::json info_json() {
+  const registration_info reg = registration();
+  const topology& topo = machine_topology();
+  nlohmann::json j;
+
+  utsname u{};
+  uname(&u);
+  j["kernel"] = {{"release", u.release}, {"machine", u.machine}};
+  j["libc"] = {{"name", "glibc"}, {"version", gnu_get_libc_version()}};
+
+  j["rseq"] = {
+      {"mode", reg.fallback ? "fallback" : "rseq"},
+      {"owner", to_string(reg.owner)},
+      {"fallback_reason", reg.fallback_reason},
+      {"registration_errno", reg.registration_errno},
+      {"glibc_reason", reg.glibc_reason},
+      {"glibc_symbols_resolved", reg.glibc_symbols},
+      {"glibc_rseq_size", reg.glibc_rseq_size},
+      {"at_rseq_feature_size", reg.feature_size},
+      {"at_rseq_align", reg.alignment},
+      {"area_extent", reg.area_extent},
+      {"rseq_offset", reg.rseq_offset},
+      {"usable_fields",
+       {{"cpu_id", reg.owner != area_owner::none},
+        {"node_id", reg.fields.node_id},
+        {"mm_cid", reg.fields.mm_cid}}},
+      {"membarrier_rseq", membarrier_rseq_available()},
+      {"fallback_switches", fallback_switches()},
+  };
+
+  const cpu_node pair = current_cpu_node();
+  j["current"] = {{"cpu", current_cpu()},
+                  {"node", current_node()},
+                  {"mm_cid", current_mm_cid()},
+                  {"pair", {{"cpu", pair.cpu}, {"node", pair.node}}}};
+
+  j["topology"] = {{"possible_cpus", format_cpu_list(topo.possible_cpus)},
+                   {"possible_count", topo.possible_cpus.size()},
+                   {"possible_source", topo.possible_source},
+                   {"online_cpus", format_cpu_list(topo.online_cpus)},
+                   {"allowed_cpus", format_cpu_list(topo.allowed_cpus)},
+                   {"nodes", format_cpu_list(topo.nodes)},
+                   {"cpu_id_bound", topo.cpu_id_bound},
+                   {"mm_cid_bound", topo.mm_cid_bound}};
+  return j;
+}
+
+void print_info(const nlohmann::json& j) {
+  const auto& r = j["rseq"];
+  const auto& f = r["usable_fields"];
+  auto yes = [](bool b) { return b ? "yes" : "no"; };
+  fmt::print("kernel            {} ({})\n", j["kernel"]["release"].get<std::string>(),
+             j["kernel"]["machine"].get<std::string>());
+  fmt::print("libc              glibc {}\n", j["libc"]["version"].get<std::string>());
+  fmt::print("mode              {}\n", r["mode"].get<std::string>());
+  if (r["mode"] == "fallback")
+    fmt::print("  why             {}\n", r["fallback_reason"].get<std::string>());
+  fmt::print("area registered by {}\n", r["owner"].get<std::string>());
+  if (!r["glibc_reason"].get<std::string>().empty())
+    fmt::print("  not glibc's     {}\n", r["glibc_reason"].get<std::string>());
+  fmt::print("glibc symbols     {} (__rseq_size = {})\n",
+             r["glibc_symbols_resolved"].get<bool>() ? "resolved" : "absent",
+             r["glibc_rseq_size"].get<unsigned>());
+  fmt::print("AT_RSEQ_FEATURE_SIZE {}   AT_RSEQ_ALIGN {}   area extent {} bytes\n",
+             r["at_rseq_feature_size"].get<unsigned long>(),
+             r["at_rseq_align"].get<unsigned long>(), r["area_extent"].get<unsigned>());
+  fmt::print("usable fields     cpu_id {}, node_id {}, mm_cid {}\n", yes(f["cpu_id"]),
+             yes(f["node_id"]), yes(f["mm_cid"]));
+  fmt::print("membarrier RSEQ   {}\n", yes(r["membarrier_rseq"]));
+  const auto& c = j["current"];
+  fmt::print("current           cpu {}, node {}, mm_cid {}\n", c["cpu"].get<int>(),
+             c["node"].get<int>(), c["mm_cid"].get<int>());
+  const auto& t = j["topology"];
+  fmt::print("possible CPUs     {} ({} CPUs, from {})\n", t["possible_cpus"].get<std::string>(),
+             t["possible_count"].get<size_t>(), t["possible_source"].get<std::string>());
+  fmt::print("online CPUs       {}\n", t["online_cpus"].get<std::string>());
+  fmt::print("allowed CPUs      {}\n", t["allowed_cpus"].get<std::string>());
+  fmt::print("NUMA nodes        {}\n", t["nodes"].get<std::string>());
+  fmt::print("index spaces      cpu_id [0, {}), mm_cid [0, {})\n", t["cpu_id_bound"].get<int>(),
+             t["mm_cid_bound"].get<int>());
+}
+
+}  // namespace percpu::cli
