@@ -111,11 +111,7 @@ std::string glibc_reason(bool symbols) {
 }
 
 void on_thread_exit(void*) {
-  if (t_registered) {
-    // Same length as registered; afterwards the kernel writes nothing more into this TLS block.
-    sys_rseq(&t_area.area, g_own_length, abi::kFlagUnregister);
-    t_registered = false;
-  }
+  detail::unregister_this_thread();
   if (t_dense_id >= 0) {
     std::lock_guard<std::mutex> lock(g_dense_mutex);
     dense_used()[t_dense_id] = false;
@@ -345,6 +341,14 @@ void enter_fallback(const char* reason) noexcept {
 
 void wait_for_fallback() noexcept {
   while (__atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == kSwitching) sched_yield();
+}
+
+int unregister_this_thread() noexcept {
+  if (!t_registered) return EINVAL;
+  // Same length as registered; afterwards the kernel writes nothing more into this TLS block.
+  if (sys_rseq(&t_area.area, g_own_length, abi::kFlagUnregister) != 0) return errno;
+  t_registered = false;
+  return 0;
 }
 
 void note_abort() noexcept {

@@ -119,6 +119,11 @@ PERCPU_API void enter_fallback(const char* reason) noexcept;
 /// Waits until a switch to fallback mode in progress has completed.
 PERCPU_API void wait_for_fallback() noexcept;
 
+/// Unregisters percpu's own area of the calling thread with the length it was registered with
+/// (what the thread-exit hook does). Returns 0, EINVAL when this thread has no percpu-owned
+/// registration, or the errno of rseq(2). The next getcpu-cache call registers again.
+PERCPU_API int unregister_this_thread() noexcept;
+
 /// Slow-path accounting, called off the fast path.
 PERCPU_API void note_abort() noexcept;
 PERCPU_API void note_index_change() noexcept;

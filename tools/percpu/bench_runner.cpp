@@ -5,6 +5,8 @@
 #include <iostream>
 #include <map>
 
+#include <unistd.h>
+
 namespace percpu::cli {
 namespace {
 
@@ -22,14 +24,15 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
       if (index_.find(name) == index_.end()) {
         index_[name] = results_.size();
         results_.push_back({name, {}, 0, 0, 0});
-        std::cerr << "\r[" << suite_ << "] " << name << std::string(20, ' ') << std::flush;
+        if (isatty(STDERR_FILENO))
+          std::cerr << "\r[" << suite_ << "] " << name << std::string(20, ' ') << std::flush;
       }
       results_[index_[name]].samples_ns.push_back(run.GetAdjustedRealTime());
     }
   }
 
   std::vector<bench_result> take() {
-    std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
+    if (isatty(STDERR_FILENO)) std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
     for (auto& r : results_) {
       auto s = r.samples_ns;
       std::sort(s.begin(), s.end());

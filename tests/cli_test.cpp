@@ -1,0 +1,68 @@
+// `percpu info` tells the truth about the mode, including under a seccomp filter that makes
+// rseq(2) fail; bad command lines are refused with an error.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "expect.h"
+
+namespace {
+
+struct result {
+  int status;
+  std::string out;
+};
+
+result run(const std::string& args) {
+  const std::string cmd = std::string(PERCPU_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  result r{-1, ""};
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  r.status = pclose(p);
+  return r;
+}
+
+nlohmann::json info(const std::string& prefix = "") {
+  const auto r = run(prefix + "info --json");
+  EXPECT_EQ(r.status, 0) << r.out;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(Cli, InfoNamesTheModeThisPassExpects) {
+  const std::string expected = percpu::test::expected_mode();
+  if (expected.empty()) GTEST_SKIP() << "PERCPU_EXPECT not set";
+  const auto j = info();
+  if (expected == "fallback") {
+    EXPECT_EQ(j["rseq"]["mode"], "fallback");
+    EXPECT_NE(j["rseq"]["fallback_reason"].get<std::string>().find("ENOSYS"), std::string::npos);
+    EXPECT_EQ(j["rseq"]["owner"], "none");
+  } else {
+    EXPECT_EQ(j["rseq"]["mode"], "rseq");
+    EXPECT_EQ(j["rseq"]["owner"], expected);
+  }
+}
+
+TEST(Cli, DenyRseqForcesFallbackAndInfoSaysWhy) {
+  const std::string self = std::string(PERCPU_CLI_PATH);
+  for (const std::string err : {"ENOSYS", "EPERM"}) {
+    const auto j = info("deny-rseq --errno " + err + " -- " + self + " ");
+    EXPECT_EQ(j["rseq"]["mode"], "fallback") << err;
+    EXPECT_NE(j["rseq"]["fallback_reason"].get<std::string>().find(err), std::string::npos)
+        << j["rseq"]["fallback_reason"];
+    EXPECT_GE(j["current"]["cpu"].get<int>(), 0);
+    EXPECT_GE(j["current"]["mm_cid"].get<int>(), 0);
+  }
+}
+
+TEST(Cli, RefusesBadArguments) {
+  EXPECT_NE(run("bench --repetitions 0 getcpu").status, 0);
+  EXPECT_NE(run("no-such-command").status, 0);
+  EXPECT_NE(run("deny-rseq --errno EFOO -- true").status, 0);
+}
+
+}  // namespace

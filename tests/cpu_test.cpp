@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <atomic>
+#include <mutex>
+#include <percpu/percpu.h>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "pin.h"
+
+namespace {
+
+TEST(GetcpuCache, ReportsTheCpuTheThreadIsPinnedTo) {
+  for (int cpu : percpu::machine_topology().allowed_cpus) {
+    percpu::test::pinned pin(cpu);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(percpu::current_cpu(), cpu);
+    EXPECT_EQ(percpu::current_cpu_node().cpu, cpu);
+    unsigned c = 0, node = 0;
+    ASSERT_EQ(getcpu(&c, &node), 0);
+    EXPECT_EQ(percpu::current_node(), static_cast<int>(node));
+    EXPECT_EQ(percpu::current_cpu_node().node, static_cast<int>(node));
+  }
+}
+
+TEST(GetcpuCache, IndicesStayInsideTheirSpaces) {
+  const auto& t = percpu::machine_topology();
+  for (int i = 0; i < 1000; ++i) {
+    const int cpu = percpu::current_cpu();
+    EXPECT_GE(cpu, 0);
+    EXPECT_LT(cpu, t.cpu_id_bound);
+    const int cid = percpu::current_mm_cid();
+    EXPECT_GE(cid, 0);
+    EXPECT_LT(cid, t.mm_cid_bound);
+    EXPECT_GE(percpu::current_node(), 0);
+  }
+}
+
+TEST(GetcpuCache, NewThreadsGetValidValuesOnFirstUse) {
+  const auto& t = percpu::machine_topology();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&] {
+      const int cpu = percpu::current_cpu();
+      const int cid = percpu::current_mm_cid();
+      const auto pair = percpu::current_cpu_node();
+      if (cpu < 0 || cpu >= t.cpu_id_bound || cid < 0 || cid >= t.mm_cid_bound || pair.cpu < 0 ||
+          pair.node < 0)
+        bad.fetch_add(1);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(GetcpuCache, MmCidIsDenseForConcurrentThreads) {
+  // Two threads running at once (on different CPUs or time-sliced) never share an mm_cid in
+  // rseq mode, and the ids stay below the CPU count: memory indexed by them follows the threads.
+  if (!percpu::registration().fields.mm_cid) GTEST_SKIP() << "kernel lacks mm_cid";
+  const auto& allowed = percpu::machine_topology().allowed_cpus;
+  std::set<int> seen;
+  std::mutex m;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 1000; ++k) {
+        const int cid = percpu::current_mm_cid();
+        std::lock_guard<std::mutex> lock(m);
+        seen.insert(cid);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(seen.size(), allowed.size());
+  EXPECT_LT(*seen.rbegin(), static_cast<int>(allowed.size()));
+}
+
+TEST(GetcpuCache, PairIsConsistentWhileMigrating) {
+  // A thread keeps moving between CPUs while reading pairs; each pair must name a CPU and that
+  // CPU's own node (from sysfs-free ground truth: getcpu() while pinned).
+  std::vector<int> node_of(percpu::machine_topology().cpu_id_bound, -1);
+  for (int cpu : percpu::machine_topology().allowed_cpus) {
+    percpu::test::pinned pin(cpu);
+    unsigned c, n;
+    getcpu(&c, &n);
+    node_of[cpu] = static_cast<int>(n);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      const auto p = percpu::current_cpu_node();
+      if (p.cpu < 0 || p.cpu >= static_cast<int>(node_of.size()) || node_of[p.cpu] != p.node)
+        bad.fetch_add(1);
+    }
+  });
+  const auto native = reader.native_handle();
+  for (int round = 0; round < 200; ++round) {
+    for (int cpu : percpu::machine_topology().allowed_cpus) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(native, sizeof(one), &one);
+    }
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace

@@ -1,0 +1,173 @@
+// Each per-CPU operation, one thread: the right result on the right slot, and the right status
+// when the index is wrong or a compare fails. Typed over both index modes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <percpu/percpu.h>
+
+#include "pin.h"
+#include "slots.h"
+
+namespace {
+
+using percpu::index_mode;
+using percpu::status;
+
+template <class T>
+class Ops : public ::testing::Test {};
+struct CpuId : std::integral_constant<index_mode, index_mode::cpu_id> {};
+struct MmCid : std::integral_constant<index_mode, index_mode::mm_cid> {};
+using Modes = ::testing::Types<CpuId, MmCid>;
+TYPED_TEST_SUITE(Ops, Modes);
+
+// Runs `attempt(index)` until it does not ask for a retry.
+template <index_mode M, class F>
+status settle(F&& attempt) {
+  return percpu::retry<M>(attempt);
+}
+
+TYPED_TEST(Ops, AddCommitsOnTheCurrentSlot) {
+  constexpr index_mode M = TypeParam::value;
+  for (int cpu : percpu::machine_topology().allowed_cpus) {
+    percpu::test::pinned pin(cpu);
+    auto slots = percpu::test::make_slots();
+    int used = -1;
+    EXPECT_EQ(settle<M>([&](int index) {
+                used = index;
+                return percpu::add<M>(&slots[index].value, 5, index);
+              }),
+              status::committed);
+    EXPECT_EQ(slots[used].value, 5);
+    EXPECT_EQ(percpu::test::sum(slots), 5);
+    if (M == index_mode::cpu_id) {
+      EXPECT_EQ(used, cpu);
+    }
+  }
+}
+
+TYPED_TEST(Ops, WrongIndexNeverCommitsInRseqMode) {
+  constexpr index_mode M = TypeParam::value;
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode does not check the index";
+  auto slots = percpu::test::make_slots();
+  std::intptr_t out = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int wrong = percpu::machine_topology().cpu_id_bound + 7;  // never current
+    EXPECT_EQ(percpu::add<M>(&slots[0].value, 1, wrong), status::index_changed);
+    EXPECT_EQ(percpu::compare_store<M>(&slots[0].value, 0, 9, wrong), status::index_changed);
+    EXPECT_EQ(percpu::pop<M>(&slots[0].value, 0, 0, &out, wrong), status::index_changed);
+  }
+  EXPECT_EQ(percpu::test::sum(slots), 0);
+}
+
+TYPED_TEST(Ops, CompareStore) {
+  constexpr index_mode M = TypeParam::value;
+  auto slots = percpu::test::make_slots();
+  int used = -1;
+  auto cas = [&](std::intptr_t expect, std::intptr_t newv) {
+    return settle<M>([&](int index) {
+      used = index;
+      return percpu::compare_store<M>(&slots[index].value, expect, newv, index);
+    });
+  };
+  EXPECT_EQ(cas(0, 42), status::committed);
+  EXPECT_EQ(slots[used].value, 42);
+  EXPECT_EQ(cas(0, 43), status::compare_failed);
+  EXPECT_EQ(percpu::test::sum(slots), 42);
+}
+
+TYPED_TEST(Ops, CompareCompareStore) {
+  constexpr index_mode M = TypeParam::value;
+  auto slots = percpu::test::make_slots();
+  auto ccas = [&](std::intptr_t expect, std::intptr_t expect2, std::intptr_t newv) {
+    return settle<M>([&](int index) {
+      return percpu::compare_compare_store<M>(&slots[index].value, expect, &slots[index].extra,
+                                              expect2, newv, index);
+    });
+  };
+  EXPECT_EQ(ccas(0, 1, 5), status::compare_failed);  // extra is 0, not 1
+  EXPECT_EQ(ccas(1, 0, 5), status::compare_failed);  // value is 0, not 1
+  EXPECT_EQ(ccas(0, 0, 5), status::committed);
+  EXPECT_EQ(percpu::test::sum(slots), 5);
+}
+
+struct node {
+  node* next = nullptr;
+  int id = 0;
+};
+
+TYPED_TEST(Ops, PopTakesTheHeadAndStopsWhenEmpty) {
+  constexpr index_mode M = TypeParam::value;
+  auto heads = percpu::test::make_slots();
+  node items[3];
+  for (int i = 0; i < 3; ++i) items[i].id = i;
+  // Build one list per slot: 2 -> 1 -> 0 (so every slot has the same content).
+  std::vector<std::vector<node>> lists(heads.size(), std::vector<node>(3));
+  for (size_t s = 0; s < heads.size(); ++s) {
+    for (int i = 0; i < 3; ++i) lists[s][i].id = i;
+    lists[s][1].next = &lists[s][0];
+    lists[s][2].next = &lists[s][1];
+    heads[s].value = reinterpret_cast<std::intptr_t>(&lists[s][2]);
+  }
+  std::vector<int> popped;
+  for (;;) {
+    std::intptr_t out = 0;
+    const status st = settle<M>([&](int index) {
+      return percpu::pop<M>(&heads[index].value, 0, offsetof(node, next), &out, index);
+    });
+    if (st == status::compare_failed) break;
+    ASSERT_EQ(st, status::committed);
+    popped.push_back(reinterpret_cast<node*>(out)->id);
+    ASSERT_LE(popped.size(), 3 * heads.size());
+  }
+  // The thread may migrate between pops, but each slot's list pops 2, 1, 0 in order and the
+  // loop ends when the current slot is empty.
+  ASSERT_GE(popped.size(), 3u);
+  EXPECT_EQ(popped[0], 2);
+}
+
+TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {
+  constexpr index_mode M = TypeParam::value;
+  auto slots = percpu::test::make_slots();
+  int used = -1;
+  const status st = settle<M>([&](int index) {
+    used = index;
+    return percpu::compare_store_store<M, percpu::commit_order::release>(
+        &slots[index].value, 0, &slots[index].extra, 77, 1, index);
+  });
+  EXPECT_EQ(st, status::committed);
+  EXPECT_EQ(slots[used].value, 1);
+  EXPECT_EQ(slots[used].extra, 77);
+  EXPECT_EQ(settle<M>([&](int index) {
+              return percpu::compare_store_store<M>(&slots[index].value, 5, &slots[index].extra,
+                                                    1, 2, index);
+            }),
+            status::compare_failed);
+}
+
+TYPED_TEST(Ops, CompareMemcpyStoreCopiesEveryLength) {
+  constexpr index_mode M = TypeParam::value;
+  for (std::size_t len : {0, 1, 7, 8, 9, 15, 16, 63, 64, 100}) {
+    auto slots = percpu::test::make_slots();
+    std::vector<unsigned char> src(len), dst(len + 16, 0xee);
+    for (std::size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+    const status st = settle<M>([&](int index) {
+      return percpu::compare_memcpy_store<M>(&slots[index].value, 0, dst.data() + 8, src.data(),
+                                             len, 1, index);
+    });
+    ASSERT_EQ(st, status::committed) << len;
+    EXPECT_EQ(std::memcmp(dst.data() + 8, src.data(), len), 0) << len;
+    for (int i = 0; i < 8; ++i) {  // nothing written outside [dst, dst + len)
+      EXPECT_EQ(dst[i], 0xee) << len;
+      EXPECT_EQ(dst[len + 8 + i], 0xee) << len;
+    }
+    EXPECT_EQ(percpu::test::sum(slots), 1);
+  }
+}
+
+TEST(Ops, AnIndexSpaceIsSizedByPossibleCpus) {
+  const auto& t = percpu::machine_topology();
+  EXPECT_EQ(t.cpu_id_bound, t.possible_cpus.back() + 1);
+  EXPECT_LE(t.mm_cid_bound, t.cpu_id_bound);
+}
+
+}  // namespace

@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <percpu/percpu.h>
+#include <thread>
+
+#include "expect.h"
+
+namespace {
+
+TEST(Registration, MatchesTheModeThisPassExpects) {
+  const std::string expected = percpu::test::expected_mode();
+  if (expected.empty()) GTEST_SKIP() << "PERCPU_EXPECT not set (scripts/run-tests.sh sets it)";
+  const auto reg = percpu::registration();
+  const std::string found = reg.fallback ? "fallback" : percpu::to_string(reg.owner);
+  EXPECT_EQ(found, expected) << "fallback reason: " << reg.fallback_reason;
+}
+
+TEST(Registration, WeakGlibcSymbolsResolve) {
+  // glibc 2.36 exports __rseq_offset/__rseq_size in every mode (its __rseq_size is 0 when it
+  // did not register); a null address here means the weak reference silently failed.
+  EXPECT_TRUE(percpu::registration().glibc_symbols);
+}
+
+TEST(Registration, ReportsWhyWhenNotGlibc) {
+  const auto reg = percpu::registration();
+  if (reg.owner == percpu::area_owner::glibc) {
+    EXPECT_GT(reg.glibc_rseq_size, 0u);
+    EXPECT_TRUE(reg.glibc_reason.empty());
+  } else {
+    EXPECT_FALSE(reg.glibc_reason.empty());
+  }
+  if (reg.fallback) {
+    EXPECT_FALSE(reg.fallback_reason.empty());
+    EXPECT_FALSE(percpu::rseq_active());
+  } else {
+    EXPECT_TRUE(percpu::rseq_active());
+    EXPECT_GE(reg.area_extent, percpu::abi::kOriginalAreaSize);
+  }
+}
+
+TEST(Registration, FieldsFollowTheRule) {
+  const auto reg = percpu::registration();
+  if (reg.owner == percpu::area_owner::none) {
+    EXPECT_FALSE(reg.fields.node_id);
+    EXPECT_FALSE(reg.fields.mm_cid);
+    return;
+  }
+  EXPECT_EQ(reg.fields, percpu::abi::decide_usable_fields(reg.area_extent, reg.feature_size));
+  // Our machines: Linux 6.18 fills 28 bytes, so node_id and mm_cid must be usable.
+  if (reg.feature_size >= 28) {
+    EXPECT_TRUE(reg.fields.node_id);
+    EXPECT_TRUE(reg.fields.mm_cid);
+  }
+}
+
+TEST(Registration, OwnAreaIsUnregisteredWithItsLengthAndRegisteredAgain) {
+  const auto reg = percpu::registration();
+  if (reg.owner != percpu::area_owner::percpu) GTEST_SKIP() << "percpu does not own the area";
+  std::thread t([] {
+    EXPECT_GE(percpu::current_cpu(), 0);  // first use registers this new thread
+    // The kernel refuses to unregister with another length or address (EINVAL), so success
+    // shows the registration was ours, with the length recorded.
+    EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
+    EXPECT_EQ(percpu::detail::unregister_this_thread(), EINVAL);  // nothing left to unregister
+    EXPECT_GE(percpu::current_cpu(), 0);  // registers again
+    EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
+    EXPECT_GE(percpu::current_cpu(), 0);
+  });
+  t.join();
+  EXPECT_TRUE(percpu::rseq_active());
+}
+
+}  // namespace
