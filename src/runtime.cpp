@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -327,6 +328,11 @@ void enter_fallback(const char* reason) noexcept {
     wait_for_fallback();  // someone else switched, or we already are in fallback mode
     return;
   }
+  // No signal handler may run on this thread until the switch is done: a handler doing a
+  // per-CPU operation would wait for the switch that it interrupted.
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved);
   {
     std::lock_guard<std::mutex> lock(g_info_mutex);
     info_storage().fallback = true;
@@ -337,6 +343,7 @@ void enter_fallback(const char* reason) noexcept {
   if (membarrier_rseq_fence(-1) != 0) migration_sweep();
   g_switches.fetch_add(1, std::memory_order_relaxed);
   __atomic_store_n(&g_hot.fallback, kFallbackMode, __ATOMIC_RELEASE);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 void wait_for_fallback() noexcept {
