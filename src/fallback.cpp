@@ -48,7 +48,9 @@ class stripe_guard {
   sigset_t saved_;
 };
 
-std::intptr_t load(const std::intptr_t* v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+std::intptr_t load(const std::intptr_t* v) {
+  return __atomic_load_n(v, __ATOMIC_ACQUIRE);
+}
 
 // Commits *v: expect -> newv with a CAS, so that a lock-free add/compare_store that slipped in
 // makes this attempt fail instead of being overwritten.
@@ -75,8 +77,7 @@ status fallback_add(std::intptr_t* v, std::intptr_t count) noexcept {
   return status::committed;
 }
 
-status fallback_compare_store(std::intptr_t* v, std::intptr_t expect,
-                              std::intptr_t newv) noexcept {
+status fallback_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv) noexcept {
   return commit(v, expect, newv) ? status::committed : status::compare_failed;
 }
 

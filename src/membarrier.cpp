@@ -41,6 +41,8 @@ int membarrier_rseq_fence(int cpu) noexcept {
   return r == 0 ? 0 : errno;
 }
 
-bool membarrier_rseq_available() noexcept { return register_once() > 0; }
+bool membarrier_rseq_available() noexcept {
+  return register_once() > 0;
+}
 
 }  // namespace percpu

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "percpu/arch/x86_64/area.h"
+#include "percpu/arch/x86_64/pair.h"
 #include "percpu/membarrier.h"
 #include "percpu/topology.h"
 
@@ -70,9 +71,9 @@ registration_info& info_storage() {  // guarded by g_info_mutex
   static registration_info info;
   return info;
 }
-std::uint32_t g_own_length = 0;     // bytes percpu registers for its own area
+std::uint32_t g_own_length = 0;         // bytes percpu registers for its own area
 area_owner g_owner = area_owner::none;  // set once by initialization
-pthread_key_t g_exit_key;           // destructor: unregister, release the dense id
+pthread_key_t g_exit_key;               // destructor: unregister, release the dense id
 
 std::mutex g_dense_mutex;
 std::vector<bool>& dense_used() {  // dense per-thread ids in use (fallback mm_cid)
@@ -122,7 +123,9 @@ void on_thread_exit(void*) {
 
 // Arms the exit hook for this thread. If the thread uses percpu again from a later destructor,
 // the hook is armed again and glibc runs it again (PTHREAD_DESTRUCTOR_ITERATIONS rounds).
-void arm_exit_hook() { pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1)); }
+void arm_exit_hook() {
+  pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
+}
 
 // Registers percpu's own area for the calling thread; returns 0 or an errno value.
 int register_this_thread() {
@@ -141,8 +144,7 @@ void do_initialize() {
   pthread_key_create(&g_exit_key, on_thread_exit);
   (void)machine_topology();  // read sysfs now, not later inside a hot slow path
 
-  const std::intptr_t own_offset =
-      reinterpret_cast<char*>(&t_area.area) - arch::thread_pointer();
+  const std::intptr_t own_offset = reinterpret_cast<char*>(&t_area.area) - arch::thread_pointer();
   std::uint32_t mode = detail::kRseqMode;
 
   if (info.glibc_rseq_size > 0) {
@@ -172,8 +174,8 @@ void do_initialize() {
     // there, which sends every call to the slow path.
     info.rseq_offset = own_offset;
   }
-  if (info.owner != area_owner::none) info.fields = abi::decide_usable_fields(info.area_extent,
-                                                                              info.feature_size);
+  if (info.owner != area_owner::none)
+    info.fields = abi::decide_usable_fields(info.area_extent, info.feature_size);
   {
     std::lock_guard<std::mutex> lock(g_info_mutex);
     info_storage() = info;
@@ -196,15 +198,17 @@ bool ensure_registered() {
   if (owner == area_owner::percpu) {
     const int err = register_this_thread();
     if (err == 0) return true;
-    detail::enter_fallback(("a thread could not register its rseq area: " +
-                            errno_reason(err)).c_str());
+    detail::enter_fallback(
+        ("a thread could not register its rseq area: " + errno_reason(err)).c_str());
   } else if (owner == area_owner::glibc) {
     detail::enter_fallback("glibc's rseq registration failed for a thread (cpu_id < 0)");
   }
   return false;
 }
 
-int clamp_index(int value, int bound) { return value >= 0 && value < bound ? value : 0; }
+int clamp_index(int value, int bound) {
+  return value >= 0 && value < bound ? value : 0;
+}
 
 int dense_thread_id() {
   if (t_dense_id < 0) {
@@ -242,9 +246,12 @@ void migration_sweep() {
 
 const char* to_string(area_owner owner) noexcept {
   switch (owner) {
-    case area_owner::glibc: return "glibc";
-    case area_owner::percpu: return "percpu";
-    case area_owner::none: break;
+    case area_owner::glibc:
+      return "glibc";
+    case area_owner::percpu:
+      return "percpu";
+    case area_owner::none:
+      break;
   }
   return "none";
 }
@@ -260,7 +267,9 @@ bool rseq_active() noexcept {
   return __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kRseqMode;
 }
 
-op_stats this_thread_stats() noexcept { return t_stats; }
+op_stats this_thread_stats() noexcept {
+  return t_stats;
+}
 
 op_stats process_stats() noexcept {
   op_stats s;
@@ -269,7 +278,9 @@ op_stats process_stats() noexcept {
   return s;
 }
 
-unsigned fallback_switches() noexcept { return g_switches.load(std::memory_order_relaxed); }
+unsigned fallback_switches() noexcept {
+  return g_switches.load(std::memory_order_relaxed);
+}
 
 namespace detail {
 
@@ -304,6 +315,14 @@ int current_node_slow() noexcept {
 
 void current_cpu_node_slow(int& cpu, int& node) noexcept {
   initialize();
+  if (g_hot.node_usable && ensure_registered()) {
+    std::int32_t c, n;
+    if (arch::read_cpu_node_pair(g_hot.rseq_offset, c, n)) {
+      cpu = c;
+      node = n;
+      return;
+    }
+  }
   unsigned c = 0, n = 0;
   if (getcpu(&c, &n) != 0) c = n = 0;
   cpu = clamp_index(static_cast<int>(c), machine_topology().cpu_id_bound);
@@ -323,8 +342,8 @@ int current_mm_cid_slow() noexcept {
 void enter_fallback(const char* reason) noexcept {
   initialize();
   std::uint32_t expected = kRseqMode;
-  if (!__atomic_compare_exchange_n(&g_hot.fallback, &expected, kSwitching, false,
-                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  if (!__atomic_compare_exchange_n(&g_hot.fallback, &expected, kSwitching, false, __ATOMIC_SEQ_CST,
+                                   __ATOMIC_SEQ_CST)) {
     wait_for_fallback();  // someone else switched, or we already are in fallback mode
     return;
   }
@@ -368,11 +387,15 @@ void note_index_change() noexcept {
   g_index_changes.fetch_add(1, std::memory_order_relaxed);
 }
 
-void note_fallback_op() noexcept { ++t_stats.fallback_ops; }
+void note_fallback_op() noexcept {
+  ++t_stats.fallback_ops;
+}
 
 }  // namespace detail
 
 // Initialize before main so that most programs never take the first-use path.
-__attribute__((constructor(101))) static void initialize_at_load() { detail::initialize(); }
+__attribute__((constructor(101))) static void initialize_at_load() {
+  detail::initialize();
+}
 
 }  // namespace percpu

@@ -21,22 +21,20 @@ struct row {
 // all mean glibc registered at least 32 bytes. Feature size 0 or 20: a kernel that fills only
 // the original fields. 28 and 33: kernels with node_id and mm_cid.
 constexpr row kTable[] = {
-    {0, 0, false, false},   {0, 20, false, false},   {0, 28, false, false},
-    {0, 33, false, false},  {20, 0, false, false},   {20, 20, false, false},
-    {20, 28, true, true},   {20, 33, true, true},    {28, 0, false, false},
-    {28, 20, false, false}, {28, 28, true, true},    {28, 33, true, true},
-    {32, 0, false, false},  {32, 20, false, false},  {32, 28, true, true},
-    {32, 33, true, true},   {33, 0, false, false},   {33, 20, false, false},
-    {33, 28, true, true},   {33, 33, true, true},
+    {0, 0, false, false},  {0, 20, false, false},  {0, 28, false, false}, {0, 33, false, false},
+    {20, 0, false, false}, {20, 20, false, false}, {20, 28, true, true},  {20, 33, true, true},
+    {28, 0, false, false}, {28, 20, false, false}, {28, 28, true, true},  {28, 33, true, true},
+    {32, 0, false, false}, {32, 20, false, false}, {32, 28, true, true},  {32, 33, true, true},
+    {33, 0, false, false}, {33, 20, false, false}, {33, 28, true, true},  {33, 33, true, true},
 };
 
 TEST(UsableFields, TableOfGlibcSizesAndKernelFeatureSizes) {
   for (const row& r : kTable) {
     const usable_fields got = decide_usable_fields(glibc_area_extent(r.rseq_size), r.feature_size);
-    EXPECT_EQ(got.node_id, r.node_id) << "__rseq_size " << r.rseq_size << " feature "
-                                      << r.feature_size;
-    EXPECT_EQ(got.mm_cid, r.mm_cid) << "__rseq_size " << r.rseq_size << " feature "
-                                    << r.feature_size;
+    EXPECT_EQ(got.node_id, r.node_id)
+        << "__rseq_size " << r.rseq_size << " feature " << r.feature_size;
+    EXPECT_EQ(got.mm_cid, r.mm_cid)
+        << "__rseq_size " << r.rseq_size << " feature " << r.feature_size;
   }
 }
 

@@ -5,10 +5,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <percpu/percpu.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <percpu/percpu.h>
 #include <thread>
 #include <vector>
 
@@ -57,8 +57,8 @@ void signal_storm() {
       worker_stats = percpu::this_thread_stats();
       // Also wait for the handler to have run a fair number of times (in fallback mode
       // that is the whole point: the fallback must be async-signal-safe).
-      const bool enough = g_handler_adds.load() >= 100 &&
-                          (!rseq || worker_stats.aborts >= kWantedAborts);
+      const bool enough =
+          g_handler_adds.load() >= 100 && (!rseq || worker_stats.aborts >= kWantedAborts);
       if (enough || std::chrono::steady_clock::now() > deadline) break;
     }
     done = true;
@@ -75,12 +75,12 @@ void signal_storm() {
   const long handler_adds = g_handler_adds.load();
   EXPECT_GT(handler_adds, 0);
   EXPECT_EQ(percpu::test::sum(slots), adds + handler_adds) << "lost updates";
-  std::printf("[          ] %s: %ld signals, %ld handler adds, %lu aborts, %lu index changes, "
-              "%lu fallback ops\n",
-              percpu::to_string(M), signals, handler_adds,
-              static_cast<unsigned long>(worker_stats.aborts),
-              static_cast<unsigned long>(worker_stats.index_changes),
-              static_cast<unsigned long>(worker_stats.fallback_ops));
+  std::printf(
+      "[          ] %s: %ld signals, %ld handler adds, %lu aborts, %lu index changes, "
+      "%lu fallback ops\n",
+      percpu::to_string(M), signals, handler_adds, static_cast<unsigned long>(worker_stats.aborts),
+      static_cast<unsigned long>(worker_stats.index_changes),
+      static_cast<unsigned long>(worker_stats.fallback_ops));
   if (percpu::rseq_active()) {
     EXPECT_GT(worker_stats.aborts, 0u) << "the signal storm never aborted a section";
   } else {
@@ -89,8 +89,12 @@ void signal_storm() {
   }
 }
 
-TEST(Aborts, SignalStormCpuId) { signal_storm<index_mode::cpu_id>(); }
-TEST(Aborts, SignalStormMmCid) { signal_storm<index_mode::mm_cid>(); }
+TEST(Aborts, SignalStormCpuId) {
+  signal_storm<index_mode::cpu_id>();
+}
+TEST(Aborts, SignalStormMmCid) {
+  signal_storm<index_mode::mm_cid>();
+}
 
 TEST(Aborts, PreemptionByMoreThreadsThanCpus) {
   auto slots = percpu::test::make_slots();

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <percpu/percpu.h>
 #include <atomic>
 #include <mutex>
-#include <percpu/percpu.h>
 #include <set>
 #include <thread>
 #include <vector>

@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <percpu/percpu.h>
 #include <atomic>
 #include <chrono>
-#include <percpu/percpu.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,9 +38,8 @@ TEST(FallbackSwitch, NoUpdateIsLostAcrossTheSwitch) {
     for (int t = 0; t < kThreads; ++t)
       pool.emplace_back([&] {
         for (long i = 0; i < kAdds; ++i)
-          percpu::retry<index_mode::cpu_id>([&](int idx) {
-            return percpu::add<index_mode::cpu_id>(&slots[idx].value, 1, idx);
-          });
+          percpu::retry<index_mode::cpu_id>(
+              [&](int idx) { return percpu::add<index_mode::cpu_id>(&slots[idx].value, 1, idx); });
       });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     percpu::detail::enter_fallback("test: switch under load");

@@ -1,8 +1,8 @@
 // Built as PIE, non-PIE, static and LTO programs: checks that percpu finds the rseq owner the
 // test pass expects (PERCPU_EXPECT), i.e. that glibc's weak __rseq_* symbols resolved.
+#include <percpu/percpu.h>
 #include <cstdio>
 #include <cstring>
-#include <percpu/percpu.h>
 
 #include "expect.h"
 

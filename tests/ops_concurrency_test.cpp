@@ -2,13 +2,14 @@
 // shared per-CPU slots: totals must be exact, items conserved.
 #include <gtest/gtest.h>
 
+#include <percpu/percpu.h>
 #include <atomic>
 #include <cstring>
-#include <percpu/percpu.h>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "modes.h"
 #include "slots.h"
 
 namespace {
@@ -22,10 +23,7 @@ constexpr int kFastIterations = 1000000;  // add and compare_store: lock-free ev
 
 template <class T>
 class Concurrency : public ::testing::Test {};
-struct CpuId : std::integral_constant<index_mode, index_mode::cpu_id> {};
-struct MmCid : std::integral_constant<index_mode, index_mode::mm_cid> {};
-using Modes = ::testing::Types<CpuId, MmCid>;
-TYPED_TEST_SUITE(Concurrency, Modes);
+TYPED_TEST_SUITE(Concurrency, percpu::test::Modes);
 
 // Starts all threads together, so they overlap and preempt each other inside sections.
 template <class F>
@@ -157,8 +155,8 @@ TYPED_TEST(Concurrency, MemcpyBufferConservesRecords) {
         const std::intptr_t n = __atomic_load_n(&b.count, __ATOMIC_RELAXED);
         if (n == 0) return status::compare_failed;  // empty here
         got.id = __atomic_load_n(&b.slots[n - 1].id, __ATOMIC_RELAXED);
-        const status st = percpu::compare_compare_store<M>(&b.count, n, &b.slots[n - 1].id,
-                                                           got.id, n - 1, idx);
+        const status st =
+            percpu::compare_compare_store<M>(&b.count, n, &b.slots[n - 1].id, got.id, n - 1, idx);
         return st == status::compare_failed ? status::aborted : st;
       });
       if (s != status::committed) continue;

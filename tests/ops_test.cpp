@@ -2,9 +2,10 @@
 // when the index is wrong or a compare fails. Typed over both index modes.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <percpu/percpu.h>
+#include <cstring>
 
+#include "modes.h"
 #include "pin.h"
 #include "slots.h"
 
@@ -15,10 +16,7 @@ using percpu::status;
 
 template <class T>
 class Ops : public ::testing::Test {};
-struct CpuId : std::integral_constant<index_mode, index_mode::cpu_id> {};
-struct MmCid : std::integral_constant<index_mode, index_mode::mm_cid> {};
-using Modes = ::testing::Types<CpuId, MmCid>;
-TYPED_TEST_SUITE(Ops, Modes);
+TYPED_TEST_SUITE(Ops, percpu::test::Modes);
 
 // Runs `attempt(index)` until it does not ask for a retry.
 template <index_mode M, class F>
@@ -138,8 +136,8 @@ TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {
   EXPECT_EQ(slots[used].value, 1);
   EXPECT_EQ(slots[used].extra, 77);
   EXPECT_EQ(settle<M>([&](int index) {
-              return percpu::compare_store_store<M>(&slots[index].value, 5, &slots[index].extra,
-                                                    1, 2, index);
+              return percpu::compare_store_store<M>(&slots[index].value, 5, &slots[index].extra, 1,
+                                                    2, index);
             }),
             status::compare_failed);
 }

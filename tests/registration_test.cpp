@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <percpu/percpu.h>
+#include <functional>
 #include <thread>
 
 #include "expect.h"
@@ -62,12 +63,28 @@ TEST(Registration, OwnAreaIsUnregisteredWithItsLengthAndRegisteredAgain) {
     // shows the registration was ours, with the length recorded.
     EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
     EXPECT_EQ(percpu::detail::unregister_this_thread(), EINVAL);  // nothing left to unregister
-    EXPECT_GE(percpu::current_cpu(), 0);  // registers again
+    EXPECT_GE(percpu::current_cpu(), 0);                          // registers again
     EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
     EXPECT_GE(percpu::current_cpu(), 0);
   });
   t.join();
   EXPECT_TRUE(percpu::rseq_active());
+}
+
+TEST(Registration, EveryGetcpuCallRegistersANewThread) {
+  if (percpu::registration().owner != percpu::area_owner::percpu)
+    GTEST_SKIP() << "percpu does not own the area";
+  // Whichever call a thread makes first, it leaves the thread registered.
+  const std::function<void()> first_calls[] = {
+      [] { percpu::current_cpu(); }, [] { percpu::current_node(); },
+      [] { percpu::current_mm_cid(); }, [] { percpu::current_cpu_node(); }};
+  for (const auto& call : first_calls) {
+    std::thread t([&] {
+      call();
+      EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
+    });
+    t.join();
+  }
 }
 
 }  // namespace

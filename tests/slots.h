@@ -13,7 +13,9 @@ struct alignas(64) slot {
   std::intptr_t extra = 0;
 };
 
-inline std::vector<slot> make_slots() { return std::vector<slot>(machine_topology().cpu_id_bound); }
+inline std::vector<slot> make_slots() {
+  return std::vector<slot>(machine_topology().cpu_id_bound);
+}
 
 inline std::intptr_t sum(const std::vector<slot>& slots) {
   std::intptr_t s = 0;

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <percpu/topology.h>
 #include <filesystem>
 #include <fstream>
-#include <percpu/topology.h>
 
 namespace {
 

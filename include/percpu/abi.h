@@ -38,12 +38,12 @@ inline constexpr std::int32_t kCpuIdRegistrationFailed = -2;
 /// user space writes only rseq_cs (and never the others: newer kernels kill a process that does).
 struct alignas(32) rseq_area {
   std::uint32_t cpu_id_start;  // off 0: always a valid CPU (0 before registration)
-  std::int32_t cpu_id;         // off 4: current CPU, or kCpuIdUninitialized/kCpuIdRegistrationFailed
-  std::uint64_t rseq_cs;       // off 8: address of the active rseq_cs descriptor, or 0
-  std::uint32_t flags;         // off 16: deprecated, must stay 0
-  std::uint32_t node_id;       // off 20: NUMA node of cpu_id (Linux 6.3)
-  std::uint32_t mm_cid;        // off 24: concurrency id within the process (Linux 6.3)
-  std::uint8_t reserved[4];    // off 28: newer fields (time-slice extension, 7.0)
+  std::int32_t cpu_id;       // off 4: current CPU, or kCpuIdUninitialized/kCpuIdRegistrationFailed
+  std::uint64_t rseq_cs;     // off 8: address of the active rseq_cs descriptor, or 0
+  std::uint32_t flags;       // off 16: deprecated, must stay 0
+  std::uint32_t node_id;     // off 20: NUMA node of cpu_id (Linux 6.3)
+  std::uint32_t mm_cid;      // off 24: concurrency id within the process (Linux 6.3)
+  std::uint8_t reserved[4];  // off 28: newer fields (time-slice extension, 7.0)
 };
 static_assert(offsetof(rseq_area, cpu_id) == 4);
 static_assert(offsetof(rseq_area, rseq_cs) == 8);
@@ -59,11 +59,11 @@ inline constexpr std::uint32_t kOffMmCid = 24;
 
 /// struct rseq_cs: one per critical section, 32-byte aligned, never changed after link time.
 struct alignas(32) rseq_cs_descriptor {
-  std::uint32_t version;          // 0
-  std::uint32_t flags;            // 0: restart on preemption, signal and migration
-  std::uint64_t start_ip;         // first instruction of the section
+  std::uint32_t version;             // 0
+  std::uint32_t flags;               // 0: restart on preemption, signal and migration
+  std::uint64_t start_ip;            // first instruction of the section
   std::uint64_t post_commit_offset;  // bytes from start_ip to just after the commit store
-  std::uint64_t abort_ip;         // handler; preceded by kSignature
+  std::uint64_t abort_ip;            // handler; preceded by kSignature
 };
 static_assert(sizeof(rseq_cs_descriptor) == 32);
 

@@ -33,7 +33,9 @@ inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId
 
 /// True when an operation must leave the inline path: fallback mode, a switch in progress, or
 /// percpu not yet initialized.
-inline bool off_fast_path() noexcept { return PERCPU_UNLIKELY(g_hot.fallback != kRseqMode); }
+inline bool off_fast_path() noexcept {
+  return PERCPU_UNLIKELY(g_hot.fallback != kRseqMode);
+}
 
 /// Runs `rseq_op(field)` with the field mode M compares (cpu_id when the kernel lacks mm_cid),
 /// or `fallback_op()` when the process is not in rseq mode.
@@ -75,7 +77,8 @@ inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_
                             int index) noexcept {
   return detail::dispatch<M>(
       [&](auto field) {
-        return arch::compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, newv, index);
+        return arch::compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect,
+                                                           newv, index);
       },
       [&] { return detail::fallback_compare_store(v, expect, newv); });
 }
@@ -84,12 +87,11 @@ inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_
 /// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
 template <index_mode M>
 inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
-                                    std::intptr_t expect2, std::intptr_t newv,
-                                    int index) noexcept {
+                                    std::intptr_t expect2, std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](auto field) {
-        return arch::compare_compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2,
-                                                    expect2, newv, index);
+        return arch::compare_compare_store<decltype(field)::value>(
+            detail::g_hot.rseq_offset, v, expect, v2, expect2, newv, index);
       },
       [&] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
 }
@@ -99,11 +101,12 @@ inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std:
 /// the empty value (normally 0). Returns committed (*out = the popped item), compare_failed
 /// (the head equals expect: empty), or aborted / index_changed (retry).
 template <index_mode M>
-inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
-                  std::intptr_t* out, int index) noexcept {
+inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
+                  int index) noexcept {
   return detail::dispatch<M>(
       [&](auto field) {
-        return arch::pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, offset, out, index);
+        return arch::pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, offset, out,
+                                                 index);
       },
       [&] { return detail::fallback_pop(v, expect, offset, out); });
 }
@@ -117,8 +120,8 @@ inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::i
                                   std::intptr_t newv2, std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](auto field) {
-        return arch::compare_store_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2, newv2,
-                                                  newv, index);
+        return arch::compare_store_store<decltype(field)::value>(detail::g_hot.rseq_offset, v,
+                                                                 expect, v2, newv2, newv, index);
       },
       [&] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
 }
@@ -133,8 +136,8 @@ inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void*
                                    int index) noexcept {
   return detail::dispatch<M>(
       [&](auto field) {
-        return arch::compare_memcpy_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, dst, src,
-                                                   len, newv, index);
+        return arch::compare_memcpy_store<decltype(field)::value>(
+            detail::g_hot.rseq_offset, v, expect, dst, src, len, newv, index);
       },
       [&] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
 }

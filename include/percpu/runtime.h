@@ -62,9 +62,9 @@ PERCPU_API bool rseq_active() noexcept;
 
 /// Counters of the slow paths, for the calling thread or the whole process.
 struct op_stats {
-  std::uint64_t aborts = 0;          ///< critical sections the kernel aborted
-  std::uint64_t index_changes = 0;   ///< sections that found the thread on another CPU/mm_cid
-  std::uint64_t fallback_ops = 0;    ///< operations done by the atomic fallback
+  std::uint64_t aborts = 0;         ///< critical sections the kernel aborted
+  std::uint64_t index_changes = 0;  ///< sections that found the thread on another CPU/mm_cid
+  std::uint64_t fallback_ops = 0;   ///< operations done by the atomic fallback
 };
 
 /// Slow-path counters of the calling thread (cheap: thread-local).

@@ -20,10 +20,14 @@ enum class status {
 /// Name of a status: "committed", "aborted", "index_changed" or "compare_failed".
 constexpr const char* to_string(status s) noexcept {
   switch (s) {
-    case status::committed: return "committed";
-    case status::aborted: return "aborted";
-    case status::index_changed: return "index_changed";
-    case status::compare_failed: return "compare_failed";
+    case status::committed:
+      return "committed";
+    case status::aborted:
+      return "aborted";
+    case status::index_changed:
+      return "index_changed";
+    case status::compare_failed:
+      return "compare_failed";
   }
   return "?";
 }

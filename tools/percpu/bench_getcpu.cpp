@@ -9,8 +9,8 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
-#include <functional>
 #include <percpu/percpu.h>
+#include <functional>
 
 #include "bench_runner.h"
 #include "commands.h"
@@ -70,7 +70,9 @@ struct method {
 vdso_getcpu_fn g_vdso = nullptr;
 std::intptr_t g_raw_offset = 0;
 
-int raw_cpu_id_load() { return arch::load_area_i32<abi::kOffCpuId>(g_raw_offset); }
+int raw_cpu_id_load() {
+  return arch::load_area_i32<abi::kOffCpuId>(g_raw_offset);
+}
 
 template <class F>
 void loop(benchmark::State& state, F f) {
@@ -111,8 +113,7 @@ std::vector<method> methods(bool rseq_area) {
   if (cpu_has_rdpid())
     m.push_back({"RDPID", cpu_from_rdpid, [](benchmark::State& s) { loop(s, cpu_from_rdpid); }});
   if (cpu_has_rdtscp())
-    m.push_back(
-        {"RDTSCP", cpu_from_rdtscp, [](benchmark::State& s) { loop(s, cpu_from_rdtscp); }});
+    m.push_back({"RDTSCP", cpu_from_rdtscp, [](benchmark::State& s) { loop(s, cpu_from_rdtscp); }});
   m.push_back({"LSL", cpu_from_lsl, [](benchmark::State& s) { loop(s, cpu_from_lsl); }});
   return m;
 }
@@ -157,8 +158,8 @@ int bench_getcpu(const bench_options& options) {
              plan.repetitions, reg.fallback ? "fallback" : "rseq", to_string(reg.owner));
   const bench_result* sys = find_result(results, "getcpu system call");
   const bench_result* vdso = find_result(results, "vDSO getcpu");
-  fmt::print("{:<28} {:>9} {:>8} {:>11} {:>9}  {}\n", "method", "ns/call", "spread",
-             "vs syscall", "vs vDSO", "reports the right CPU");
+  fmt::print("{:<28} {:>9} {:>8} {:>11} {:>9}  {}\n", "method", "ns/call", "spread", "vs syscall",
+             "vs vDSO", "reports the right CPU");
   for (const auto& r : results) {
     auto ratio = [&](const bench_result* base) {
       return base ? fmt::format("{:.1f}x", base->median_ns / r.median_ns) : std::string("-");
@@ -182,9 +183,10 @@ int bench_getcpu(const bench_options& options) {
                ours->median_ns / raw->median_ns);
   if (pair) fmt::print("consistent cpu/node pair:              {:.2f} ns\n", pair->median_ns);
   if (ours && sys && vdso)
-    fmt::print("seeds: 44x over the syscall (ARM), 14x over the vDSO (x86-64); here {:.0f}x and "
-               "{:.0f}x\n",
-               sys->median_ns / ours->median_ns, vdso->median_ns / ours->median_ns);
+    fmt::print(
+        "seeds: 44x over the syscall (ARM), 14x over the vDSO (x86-64); here {:.0f}x and "
+        "{:.0f}x\n",
+        sys->median_ns / ours->median_ns, vdso->median_ns / ours->median_ns);
 
   if (!options.json_out.empty()) {
     nlohmann::json extra;

@@ -73,8 +73,7 @@ std::vector<bench_result> run_registered(const std::string& suite) {
   return reporter.take();
 }
 
-const bench_result* find_result(const std::vector<bench_result>& results,
-                                const std::string& name) {
+const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name) {
   for (const auto& r : results)
     if (r.name == name) return &r;
   return nullptr;

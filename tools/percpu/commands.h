@@ -19,9 +19,9 @@ int deny_rseq_exec(int err, const std::vector<std::string>& argv);
 
 /// Options shared by the benchmark suites.
 struct bench_options {
-  bool quick = false;          ///< fewer, shorter repetitions
-  int repetitions = 0;         ///< 0: the suite's default
-  std::string json_out;        ///< write raw results here when not empty
+  bool quick = false;    ///< fewer, shorter repetitions
+  int repetitions = 0;   ///< 0: the suite's default
+  std::string json_out;  ///< write raw results here when not empty
 };
 
 /// `percpu bench getcpu`: returns the process exit status.

@@ -22,10 +22,11 @@
 namespace percpu::arch {
 
 // Shared head of every section: descriptor, early exit to `moved`, arming store, index check and
-// mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the thread pointer.
-#define PERCPU_X86_SECTION_HEAD(more_exit_points)                            \
-  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4")                                   \
-  PERCPU_X86_EXIT_POINT("1", "%l[moved]")                                     \
+// mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the
+// thread pointer.
+#define PERCPU_X86_SECTION_HEAD(more_exit_points) \
+  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4")       \
+  PERCPU_X86_EXIT_POINT("1", "%l[moved]")         \
   more_exit_points PERCPU_X86_ARM_SECTION("3", "%[off]")                      \
   "1:\n\t"                                                                    \
   "cmpl %[index], %%fs:%c[field](%[off])\n\t"                                 \
@@ -36,12 +37,12 @@ namespace percpu::arch {
 #define PERCPU_X86_CMPFAIL_EXIT PERCPU_X86_EXIT_POINT("1", "%l[cmpfail]")
 
 // Commit label and abort handler (jumps to `aborted`).
-#define PERCPU_X86_SECTION_TAIL                                               \
+#define PERCPU_X86_SECTION_TAIL \
   "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
   ".popsection\n\t"
 
-#define PERCPU_X86_HEAD_OPERANDS(off, index)                                  \
-  [off] "r"(off), [index] "r"(index), [field] "i"(Field),                    \
+#define PERCPU_X86_HEAD_OPERANDS(off, index)              \
+  [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
       [mode] "m"(::percpu::detail::g_hot.fallback)
 
 /// add: *v += count.
@@ -50,9 +51,7 @@ namespace percpu::arch {
 ///   *v += count                              // commit (one read-modify-write instruction)
 template <std::uint32_t Field>
 inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD("")
-           "addq %[count], %[v]\n\t"
-           PERCPU_X86_SECTION_TAIL
+  asm goto(PERCPU_X86_SECTION_HEAD("") "addq %[count], %[v]\n\t" PERCPU_X86_SECTION_TAIL
            :
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
            : "rax", "memory", "cc"
@@ -96,8 +95,8 @@ cmpfail:
 /// another item cannot be mistaken for no change.)
 template <std::uint32_t Field>
 inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                     std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
-                                     int index) noexcept {
+                                    std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
+                                    int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq %[v], %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
