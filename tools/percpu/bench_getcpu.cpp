@@ -10,6 +10,7 @@
 #include <x86intrin.h>
 
 #include <percpu/percpu.h>
+#include <algorithm>
 #include <functional>
 
 #include "bench_runner.h"
@@ -166,8 +167,8 @@ int bench_getcpu(const bench_options& options) {
     };
     const auto it = agrees.find(r.name);
     const std::string check = it == agrees.end() ? "-" : it->second ? "yes" : "NO";
-    fmt::print("{:<28} {:>9.2f} {:>7.0f}% {:>11} {:>9}  {}{}\n", r.name, r.median_ns,
-               100 * r.spread(), ratio(sys), ratio(vdso), check, r.noisy() ? "  (noisy)" : "");
+    fmt::print("{:<28} {:>9.2f} {:>7}% {:>11} {:>9}  {}{}\n", r.name, r.median_ns,
+               r.spread_percent(), ratio(sys), ratio(vdso), check, r.noisy() ? " (noisy)" : "");
   }
 
   const bench_result* ours = find_result(results, "percpu::current_cpu()");
@@ -176,17 +177,20 @@ int bench_getcpu(const bench_options& options) {
   const bench_result* raw = find_result(results, "raw rseq cpu_id load");
   fmt::print("\n");
   if (ours && glibc)
-    fmt::print("current_cpu() vs glibc sched_getcpu(): {:.1f}x faster\n",
+    fmt::print("current_cpu() is {:.1f}x as fast as glibc sched_getcpu()\n",
                glibc->median_ns / ours->median_ns);
   if (ours && raw)
-    fmt::print("current_cpu() vs a raw cpu_id load:    {:.2f}x the time\n",
+    fmt::print("current_cpu() takes {:.2f}x the time of a raw cpu_id load\n",
                ours->median_ns / raw->median_ns);
-  if (pair) fmt::print("consistent cpu/node pair:              {:.2f} ns\n", pair->median_ns);
+  if (pair) fmt::print("consistent cpu/node pair: {:.2f} ns\n", pair->median_ns);
   if (ours && sys && vdso)
     fmt::print(
-        "seeds: 44x over the syscall (ARM), 14x over the vDSO (x86-64); here {:.0f}x and "
-        "{:.0f}x\n",
+        "the getcpu-cache proposal measured 44x over the system call (ARM) and 14x over the vDSO "
+        "(x86-64); here: {:.0f}x and {:.0f}x\n",
         sys->median_ns / ours->median_ns, vdso->median_ns / ours->median_ns);
+  if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.noisy(); }))
+    fmt::print("rows marked noisy varied by more than 20% between repetitions: the machine was "
+               "busy; rerun, or raise --repetitions\n");
 
   if (!options.json_out.empty()) {
     nlohmann::json extra;

@@ -18,9 +18,12 @@ struct bench_result {
   double median_ns = 0;
   double min_ns = 0;
   double max_ns = 0;
-  /// Spread of the repetitions: (max - min) / median. Above 0.2 a result is marked noisy.
-  double spread() const { return median_ns > 0 ? (max_ns - min_ns) / median_ns : 0; }
-  bool noisy() const { return spread() > 0.2; }
+  /// Spread of the repetitions in percent: 100 * (max - min) / median, rounded. Above 20 a
+  /// result is marked noisy.
+  int spread_percent() const {
+    return median_ns > 0 ? static_cast<int>(100 * (max_ns - min_ns) / median_ns + 0.5) : 0;
+  }
+  bool noisy() const { return spread_percent() > 20; }
 };
 
 /// Repetitions and minimum time per repetition a suite should use.
