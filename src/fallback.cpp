@@ -60,6 +60,16 @@ bool commit(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv) {
 
 }  // namespace
 
+void fallback_locks_before_fork() noexcept {
+  for (auto& st : g_stripes) {
+    while (st.locked.exchange(true, std::memory_order_acquire)) __builtin_ia32_pause();
+  }
+}
+
+void fallback_locks_after_fork() noexcept {
+  for (auto& st : g_stripes) st.locked.store(false, std::memory_order_release);
+}
+
 bool prepare_fallback() noexcept {
   std::uint32_t mode = __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE);
   if (mode == kUninitialized) {
@@ -78,6 +88,9 @@ status fallback_add(std::intptr_t* v, std::intptr_t count) noexcept {
 }
 
 status fallback_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv) noexcept {
+  // Under the stripe too: a lock-free compare_store could detach and re-push a list head
+  // between a pop's read of the head's next pointer and its commit (ABA).
+  stripe_guard guard(v);
   return commit(v, expect, newv) ? status::committed : status::compare_failed;
 }
 

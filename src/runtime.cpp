@@ -19,6 +19,7 @@
 
 #include "percpu/arch/x86_64/area.h"
 #include "percpu/arch/x86_64/pair.h"
+#include "percpu/fallback.h"
 #include "percpu/membarrier.h"
 #include "percpu/topology.h"
 
@@ -58,6 +59,8 @@ __attribute__((tls_model("initial-exec"))) thread_local own_area t_area = {
     {0, abi::kCpuIdUninitialized, 0, 0, 0, 0, {}}, {}};
 __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
 __attribute__((tls_model("initial-exec"))) thread_local int t_dense_id = -1;
+// Set when this thread's own registration failed: do not try (and fail) again on every call.
+__attribute__((tls_model("initial-exec"))) thread_local bool t_registration_failed = false;
 __attribute__((tls_model("initial-exec"))) thread_local op_stats t_stats;
 
 std::atomic<std::uint64_t> g_aborts{0};
@@ -76,6 +79,9 @@ area_owner g_owner = area_owner::none;  // set once by initialization
 pthread_key_t g_exit_key;               // destructor: unregister, release the dense id
 
 std::mutex g_dense_mutex;
+// Held for the whole switch to fallback mode, and by fork(), so a child never inherits a switch
+// that no thread of its own would finish.
+std::mutex g_switch_mutex;
 std::vector<bool>& dense_used() {  // dense per-thread ids in use (fallback mm_cid)
   static std::vector<bool> used;
   return used;
@@ -135,6 +141,32 @@ int register_this_thread() {
   return 0;
 }
 
+// fork(): no lock of ours may be held by a thread that will not exist in the child.
+void before_fork() {
+  g_switch_mutex.lock();
+  g_info_mutex.lock();
+  g_dense_mutex.lock();
+  detail::fallback_locks_before_fork();
+}
+
+void after_fork_in_parent() {
+  detail::fallback_locks_after_fork();
+  g_dense_mutex.unlock();
+  g_info_mutex.unlock();
+  g_switch_mutex.unlock();
+}
+
+void after_fork_in_child() {
+  detail::fallback_locks_after_fork();
+  // Only the forking thread exists in the child: every other dense id is free again.
+  auto& used = dense_used();
+  std::fill(used.begin(), used.end(), false);
+  if (t_dense_id >= 0) used[t_dense_id] = true;
+  g_dense_mutex.unlock();
+  g_info_mutex.unlock();
+  g_switch_mutex.unlock();
+}
+
 void do_initialize() {
   registration_info info;
   info.feature_size = getauxval(AT_RSEQ_FEATURE_SIZE);
@@ -142,6 +174,7 @@ void do_initialize() {
   info.glibc_symbols = &__rseq_offset != nullptr && &__rseq_size != nullptr;
   info.glibc_rseq_size = info.glibc_symbols ? __rseq_size : 0;
   pthread_key_create(&g_exit_key, on_thread_exit);
+  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   (void)machine_topology();  // read sysfs now, not later inside a hot slow path
 
   const std::intptr_t own_offset = reinterpret_cast<char*>(&t_area.area) - arch::thread_pointer();
@@ -195,9 +228,10 @@ bool ensure_registered() {
   const std::intptr_t off = g_hot.rseq_offset;
   if (arch::load_area_i32<abi::kOffCpuId>(off) >= 0) return true;
   const area_owner owner = g_owner;
-  if (owner == area_owner::percpu) {
+  if (owner == area_owner::percpu && !t_registration_failed) {
     const int err = register_this_thread();
     if (err == 0) return true;
+    t_registration_failed = true;
     detail::enter_fallback(
         ("a thread could not register its rseq area: " + errno_reason(err)).c_str());
   } else if (owner == area_owner::glibc) {
@@ -339,19 +373,12 @@ int current_mm_cid_slow() noexcept {
   return dense_thread_id();
 }
 
-void enter_fallback(const char* reason) noexcept {
-  initialize();
+// The switch itself; the caller holds g_switch_mutex with signals blocked.
+static void switch_to_fallback(const char* reason) {
   std::uint32_t expected = kRseqMode;
   if (!__atomic_compare_exchange_n(&g_hot.fallback, &expected, kSwitching, false, __ATOMIC_SEQ_CST,
-                                   __ATOMIC_SEQ_CST)) {
-    wait_for_fallback();  // someone else switched, or we already are in fallback mode
-    return;
-  }
-  // No signal handler may run on this thread until the switch is done: a handler doing a
-  // per-CPU operation would wait for the switch that it interrupted.
-  sigset_t all, saved;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &saved);
+                                   __ATOMIC_SEQ_CST))
+    return;  // already in fallback mode
   {
     std::lock_guard<std::mutex> lock(g_info_mutex);
     info_storage().fallback = true;
@@ -362,6 +389,19 @@ void enter_fallback(const char* reason) noexcept {
   if (membarrier_rseq_fence(-1) != 0) migration_sweep();
   g_switches.fetch_add(1, std::memory_order_relaxed);
   __atomic_store_n(&g_hot.fallback, kFallbackMode, __ATOMIC_RELEASE);
+}
+
+void enter_fallback(const char* reason) noexcept {
+  initialize();
+  if (__atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == kFallbackMode) return;
+  // No signal handler may run on this thread while it holds the switch: a handler doing a
+  // per-CPU operation would wait for the switch that it interrupted.
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved);
+  g_switch_mutex.lock();
+  switch_to_fallback(reason);
+  g_switch_mutex.unlock();
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 

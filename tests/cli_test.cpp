@@ -63,6 +63,9 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(run("bench --repetitions 0 getcpu").status, 0);
   EXPECT_NE(run("no-such-command").status, 0);
   EXPECT_NE(run("deny-rseq --errno EFOO -- true").status, 0);
+  EXPECT_NE(run("deny-rseq").status, 0);
+  EXPECT_NE(run("deny-rseq -- /nonexistent/program").status, 0);
+  EXPECT_NE(run("bench --quick --json /nonexistent/dir/out.json getcpu").status, 0);
 }
 
 }  // namespace

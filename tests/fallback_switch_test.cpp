@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "child.h"
 #include "slots.h"
 
 namespace {
@@ -19,15 +20,7 @@ namespace {
 using percpu::index_mode;
 using percpu::status;
 
-// Runs `body` in a child process; the child's exit status is the body's return value.
-template <class F>
-int in_child(F&& body) {
-  const pid_t pid = fork();
-  if (pid == 0) _exit(body());
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
-}
+using percpu::test::in_child;
 
 TEST(FallbackSwitch, NoUpdateIsLostAcrossTheSwitch) {
   const int rc = in_child([] {

@@ -1,12 +1,13 @@
 // Fallback implementations of the per-CPU operations, for fallback mode (no rseq): the same
 // operation on the same slot with the same result, made atomic without critical sections.
 //
-// add and compare_store are single atomic instructions (lock xadd / lock cmpxchg), so they are
-// async-signal-safe. The multi-step operations take a striped spinlock chosen by the address of
-// `v` (all operations on one word serialize on one stripe) with signals blocked while it is held,
-// so a signal handler using the same structure cannot deadlock on it; they commit with a
-// compare-and-swap so that a concurrent add or compare_store on the same word is never lost.
-// Results: committed or compare_failed, never aborted or index_changed.
+// add is one atomic instruction (lock xadd). Every other operation takes a striped spinlock
+// chosen by the address of `v`, so all of them serialize on one word as they would on one CPU in
+// rseq mode (no ABA between a pop and a compare_store that detaches and re-pushes the head).
+// Signals are blocked while a stripe is held, so a signal handler using the same structure
+// cannot deadlock on it, and fork() takes every stripe first (pthread_atfork), so a child never
+// inherits a held one. They commit with a compare-and-swap, so a concurrent add on the same word
+// is never lost. Results: committed or compare_failed, never aborted or index_changed.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,10 @@ PERCPU_API status fallback_compare_store_store(std::intptr_t* v, std::intptr_t e
 PERCPU_API status fallback_compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
                                                 const void* src, std::size_t len,
                                                 std::intptr_t newv) noexcept;
+
+/// fork() support: take every stripe before fork, release them after (parent and child).
+PERCPU_API void fallback_locks_before_fork() noexcept;
+PERCPU_API void fallback_locks_after_fork() noexcept;
 
 /// Makes sure the process is initialized and, if a switch to fallback mode is in progress, that
 /// it has finished. Returns true when operations must use the fallback, false when the caller

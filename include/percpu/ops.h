@@ -128,7 +128,9 @@ inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::i
 
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. The copy may
 /// also happen in attempts that abort (same rule as compare_store_store for dst). `len` is in
-/// bytes; the copy moves 8-byte words, then the 0-7 byte tail. Returns committed,
+/// bytes; the copy moves 8-byte words, then the 0-7 byte tail. Keep it small (up to a few KiB):
+/// a copy that outlasts a scheduler tick aborts on every preemption, and enough consecutive
+/// aborts move the process to fallback mode (kMaxConsecutiveRetries). Returns committed,
 /// compare_failed, or aborted / index_changed (retry).
 template <index_mode M, commit_order O = commit_order::relaxed>
 inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,

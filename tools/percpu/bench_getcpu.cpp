@@ -138,6 +138,7 @@ bool agrees_on_every_cpu(const std::function<int()>& read) {
 }  // namespace
 
 int bench_getcpu(const bench_options& options) {
+  if (!can_write(options.json_out)) return 1;
   const registration_info reg = registration();
   g_vdso = find_vdso_getcpu();
   (void)current_cpu();  // registers percpu's own area on this thread if percpu owns registration
@@ -189,15 +190,16 @@ int bench_getcpu(const bench_options& options) {
         "(x86-64); here: {:.0f}x and {:.0f}x\n",
         sys->median_ns / ours->median_ns, vdso->median_ns / ours->median_ns);
   if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.noisy(); }))
-    fmt::print("rows marked noisy varied by more than 20% between repetitions: the machine was "
-               "busy; rerun, or raise --repetitions\n");
+    fmt::print(
+        "rows marked noisy varied by more than 20% between repetitions: the machine was "
+        "busy; rerun, or raise --repetitions\n");
 
   if (!options.json_out.empty()) {
     nlohmann::json extra;
     extra["mode"] = reg.fallback ? "fallback" : "rseq";
     extra["owner"] = to_string(reg.owner);
     for (const auto& [name, ok] : agrees) extra["agrees"][name] = ok;
-    write_json(options.json_out, "getcpu", results, extra);
+    if (!write_json(options.json_out, "getcpu", results, extra)) return 1;
   }
   return 0;
 }

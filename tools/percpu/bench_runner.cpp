@@ -79,7 +79,14 @@ const bench_result* find_result(const std::vector<bench_result>& results, const 
   return nullptr;
 }
 
-void write_json(const std::string& path, const std::string& suite,
+bool can_write(const std::string& path) {
+  if (path.empty()) return true;
+  std::ofstream out(path, std::ios::app);
+  if (!out) std::cerr << "percpu: cannot write " << path << "\n";
+  return static_cast<bool>(out);
+}
+
+bool write_json(const std::string& path, const std::string& suite,
                 const std::vector<bench_result>& results, const nlohmann::json& extra) {
   nlohmann::json j = extra;
   j["suite"] = suite;
@@ -94,6 +101,7 @@ void write_json(const std::string& path, const std::string& suite,
   std::ofstream out(path);
   out << j.dump(2) << "\n";
   if (!out) std::cerr << "percpu: cannot write " << path << "\n";
+  return static_cast<bool>(out);
 }
 
 }  // namespace percpu::cli

@@ -39,12 +39,15 @@ bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_pl
 /// results in registration order. Prints one progress line per benchmark to stderr.
 std::vector<bench_result> run_registered(const std::string& suite);
 
+/// Checks before a long run that `path` (if not empty) can be written; prints why not.
+bool can_write(const std::string& path);
+
 /// Finds a result by name; nullptr if that benchmark did not run.
 const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name);
 
 /// Writes results as JSON: {"suite": ..., "results": [{name, median_ns, min_ns, max_ns,
-/// samples_ns}], plus `extra` merged in}.
-void write_json(const std::string& path, const std::string& suite,
+/// samples_ns}], plus `extra` merged in}. Returns false (after printing why) if it cannot.
+bool write_json(const std::string& path, const std::string& suite,
                 const std::vector<bench_result>& results, const nlohmann::json& extra);
 
 }  // namespace percpu::cli

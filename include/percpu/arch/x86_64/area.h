@@ -17,6 +17,15 @@ inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
   return value;
 }
 
+/// Disarms the thread's critical section: area->rseq_cs = 0. Called on every exit from a
+/// section except an abort (the kernel clears rseq_cs itself when it aborts). Leaving rseq_cs
+/// pointing at a descriptor would be harmless while the descriptor stays mapped, but sections
+/// are inlined into the caller's code: after dlclose() of a library that ran one, the kernel
+/// would read an unmapped descriptor at the next preemption and kill the thread.
+inline void clear_rseq_cs(std::intptr_t rseq_offset) noexcept {
+  asm volatile("movq $0, %%fs:8(%[off])" : : [off] "r"(rseq_offset) : "memory");
+}
+
 /// The thread pointer (%fs base), read from the TCB's self pointer at %fs:0.
 inline char* thread_pointer() noexcept {
   char* tp;

@@ -8,6 +8,9 @@
 // the arming store to rseq_cs. Stores before the commit are allowed only to memory no other
 // thread reads until the commit publishes it (the try-store and memcpy variants).
 //
+// Every exit except an abort disarms the section (clear_rseq_cs), so code holding sections can
+// be unloaded with dlclose().
+//
 // x86-64 is TSO: every store is a release store, so the _release variants of the generic layer
 // share these bodies (the "memory" clobber keeps the compiler from moving accesses across).
 #pragma once
@@ -15,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "percpu/arch/x86_64/area.h"
 #include "percpu/arch/x86_64/sections.h"
 #include "percpu/runtime.h"
 #include "percpu/status.h"
@@ -56,10 +60,12 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
            : "rax", "memory", "cc"
            : aborted, moved);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 }
 
@@ -81,12 +87,15 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
              [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 cmpfail:
+  clear_rseq_cs(off);
   return status::compare_failed;
 }
 
@@ -109,12 +118,15 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
              [v2] "m"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 cmpfail:
+  clear_rseq_cs(off);
   return status::compare_failed;
 }
 
@@ -144,12 +156,15 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
              [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 cmpfail:
+  clear_rseq_cs(off);
   return status::compare_failed;
 }
 
@@ -175,12 +190,15 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
              [v2] "m"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 cmpfail:
+  clear_rseq_cs(off);
   return status::compare_failed;
 }
 
@@ -229,12 +247,15 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : "rax", "rcx", "rsi", "rdi", "memory", "cc"
            : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
   return status::committed;
 aborted:
   return status::aborted;
 moved:
+  clear_rseq_cs(off);
   return status::index_changed;
 cmpfail:
+  clear_rseq_cs(off);
   return status::compare_failed;
 }
 
