@@ -18,19 +18,13 @@ template <class T>
 class Ops : public ::testing::Test {};
 TYPED_TEST_SUITE(Ops, percpu::test::Modes);
 
-// Runs `attempt(index)` until it does not ask for a retry.
-template <index_mode M, class F>
-status settle(F&& attempt) {
-  return percpu::retry<M>(attempt);
-}
-
 TYPED_TEST(Ops, AddCommitsOnTheCurrentSlot) {
   constexpr index_mode M = TypeParam::value;
   for (int cpu : percpu::machine_topology().allowed_cpus) {
     percpu::test::pinned pin(cpu);
     auto slots = percpu::test::make_slots();
     int used = -1;
-    EXPECT_EQ(settle<M>([&](int index) {
+    EXPECT_EQ(percpu::retry<M>([&](int index) {
                 used = index;
                 return percpu::add<M>(&slots[index].value, 5, index);
               }),
@@ -62,7 +56,7 @@ TYPED_TEST(Ops, CompareStore) {
   auto slots = percpu::test::make_slots();
   int used = -1;
   auto cas = [&](std::intptr_t expect, std::intptr_t newv) {
-    return settle<M>([&](int index) {
+    return percpu::retry<M>([&](int index) {
       used = index;
       return percpu::compare_store<M>(&slots[index].value, expect, newv, index);
     });
@@ -77,7 +71,7 @@ TYPED_TEST(Ops, CompareCompareStore) {
   constexpr index_mode M = TypeParam::value;
   auto slots = percpu::test::make_slots();
   auto ccas = [&](std::intptr_t expect, std::intptr_t expect2, std::intptr_t newv) {
-    return settle<M>([&](int index) {
+    return percpu::retry<M>([&](int index) {
       return percpu::compare_compare_store<M>(&slots[index].value, expect, &slots[index].extra,
                                               expect2, newv, index);
     });
@@ -96,8 +90,6 @@ struct node {
 TYPED_TEST(Ops, PopTakesTheHeadAndStopsWhenEmpty) {
   constexpr index_mode M = TypeParam::value;
   auto heads = percpu::test::make_slots();
-  node items[3];
-  for (int i = 0; i < 3; ++i) items[i].id = i;
   // Build one list per slot: 2 -> 1 -> 0 (so every slot has the same content).
   std::vector<std::vector<node>> lists(heads.size(), std::vector<node>(3));
   for (size_t s = 0; s < heads.size(); ++s) {
@@ -109,7 +101,7 @@ TYPED_TEST(Ops, PopTakesTheHeadAndStopsWhenEmpty) {
   std::vector<int> popped;
   for (;;) {
     std::intptr_t out = 0;
-    const status st = settle<M>([&](int index) {
+    const status st = percpu::retry<M>([&](int index) {
       return percpu::pop<M>(&heads[index].value, 0, offsetof(node, next), &out, index);
     });
     if (st == status::compare_failed) break;
@@ -127,7 +119,7 @@ TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {
   constexpr index_mode M = TypeParam::value;
   auto slots = percpu::test::make_slots();
   int used = -1;
-  const status st = settle<M>([&](int index) {
+  const status st = percpu::retry<M>([&](int index) {
     used = index;
     return percpu::compare_store_store<M, percpu::commit_order::release>(
         &slots[index].value, 0, &slots[index].extra, 77, 1, index);
@@ -135,7 +127,7 @@ TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {
   EXPECT_EQ(st, status::committed);
   EXPECT_EQ(slots[used].value, 1);
   EXPECT_EQ(slots[used].extra, 77);
-  EXPECT_EQ(settle<M>([&](int index) {
+  EXPECT_EQ(percpu::retry<M>([&](int index) {
               return percpu::compare_store_store<M>(&slots[index].value, 5, &slots[index].extra, 1,
                                                     2, index);
             }),
@@ -148,7 +140,7 @@ TYPED_TEST(Ops, CompareMemcpyStoreCopiesEveryLength) {
     auto slots = percpu::test::make_slots();
     std::vector<unsigned char> src(len), dst(len + 16, 0xee);
     for (std::size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
-    const status st = settle<M>([&](int index) {
+    const status st = percpu::retry<M>([&](int index) {
       return percpu::compare_memcpy_store<M>(&slots[index].value, 0, dst.data() + 8, src.data(),
                                              len, 1, index);
     });

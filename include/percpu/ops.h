@@ -13,9 +13,9 @@
 // are naturally aligned and stay valid for the call.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "percpu/arch/x86_64/ops.h"
 #include "percpu/cpu.h"

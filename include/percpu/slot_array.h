@@ -32,6 +32,7 @@ class slot_array {
   static_assert(std::is_trivially_copyable_v<T>, "slots are zero-filled memory");
 
  public:
+  /// Bytes between consecutive slots: sizeof(T) rounded up to a 64-byte cache line.
   static constexpr std::size_t kStride = (sizeof(T) + 63) / 64 * 64;
 
   /// Reserves `count` slots (count >= 1).
