@@ -20,14 +20,18 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const std::string name = run.run_name.function_name;
-      if (index_.find(name) == index_.end()) {
-        index_[name] = results_.size();
-        results_.push_back({name, {}, 0, 0, 0});
+      const std::string& name = run.run_name.function_name;
+      const std::string key = name + "/threads:" + std::to_string(run.threads);
+      if (index_.find(key) == index_.end()) {
+        index_[key] = results_.size();
+        bench_result r;
+        r.name = name;
+        r.threads = static_cast<int>(run.threads);
+        results_.push_back(r);
         if (isatty(STDERR_FILENO))
-          std::cerr << "\r[" << suite_ << "] " << name << std::string(20, ' ') << std::flush;
+          std::cerr << "\r[" << suite_ << "] " << key << std::string(20, ' ') << std::flush;
       }
-      results_[index_[name]].samples_ns.push_back(run.GetAdjustedRealTime());
+      results_[index_[key]].samples_ns.push_back(run.GetAdjustedRealTime());
     }
   }
 
@@ -73,9 +77,10 @@ std::vector<bench_result> run_registered(const std::string& suite) {
   return reporter.take();
 }
 
-const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name) {
+const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name,
+                                int threads) {
   for (const auto& r : results)
-    if (r.name == name) return &r;
+    if (r.name == name && r.threads == threads) return &r;
   return nullptr;
 }
 
@@ -92,6 +97,7 @@ bool write_json(const std::string& path, const std::string& suite,
   j["suite"] = suite;
   for (const auto& r : results) {
     j["results"].push_back({{"name", r.name},
+                            {"threads", r.threads},
                             {"median_ns", r.median_ns},
                             {"min_ns", r.min_ns},
                             {"max_ns", r.max_ns},

@@ -11,9 +11,12 @@
 
 namespace percpu::cli {
 
-/// One benchmark's repetitions, in ns per iteration of its loop (real time).
+/// One benchmark's repetitions, in ns per iteration of its loop (real time). For a benchmark
+/// run by several threads, Google Benchmark divides the wall time by the iterations of all
+/// threads together: ns per operation of the whole process.
 struct bench_result {
   std::string name;
+  int threads = 1;
   std::vector<double> samples_ns;  ///< one per repetition
   double median_ns = 0;
   double min_ns = 0;
@@ -42,8 +45,9 @@ std::vector<bench_result> run_registered(const std::string& suite);
 /// Checks before a long run that `path` (if not empty) can be written; prints why not.
 bool can_write(const std::string& path);
 
-/// Finds a result by name; nullptr if that benchmark did not run.
-const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name);
+/// Finds a result by name and thread count; nullptr if that benchmark did not run.
+const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name,
+                                int threads = 1);
 
 /// Writes results as JSON: {"suite": ..., "results": [{name, median_ns, min_ns, max_ns,
 /// samples_ns}], plus `extra` merged in}. Returns false (after printing why) if it cannot.

@@ -27,4 +27,7 @@ struct bench_options {
 /// `percpu bench getcpu`: returns the process exit status.
 int bench_getcpu(const bench_options& options);
 
+/// `percpu bench counter`: returns the process exit status.
+int bench_counter(const bench_options& options);
+
 }  // namespace percpu::cli

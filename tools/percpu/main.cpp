@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   bench->add_option("--json", options.json_out, "Write the raw results to this JSON file");
   auto* getcpu = bench->add_subcommand(
       "getcpu", "Cost of asking for the current CPU: percpu vs glibc, vDSO, system call, insns");
+  auto* counter = bench->add_subcommand(
+      "counter", "A counter incremented by 1-256 threads: percpu vs atomics, locks, thread_local");
 
   auto* deny = app.add_subcommand(
       "deny-rseq", "Run a command with rseq(2) failing (seccomp), to exercise fallback mode");
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
+  if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (deny->parsed()) {
     if (command.empty()) command = deny->remaining();
     const int err = err_name == "EPERM" ? EPERM : err_name == "EINVAL" ? EINVAL : ENOSYS;
