@@ -12,6 +12,8 @@ cmake --preset release >/dev/null
 cmake --build --preset release
 
 cli=build/release/tools/percpu/percpu
+echo "kernel $(uname -r), $(nproc) CPUs"
+"$cli" info
 jobs=${PERCPU_TEST_JOBS:-1}   # 1: the abort tests want the CPUs to themselves
 pass() {
   local name=$1; shift
