@@ -119,6 +119,22 @@ status fallback_pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offse
   }
 }
 
+status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                            std::intptr_t expect2, std::ptrdiff_t offset,
+                            std::intptr_t* out) noexcept {
+  stripe_guard guard(v);
+  for (;;) {
+    if (load(v2) != expect2) return status::compare_failed;
+    const std::intptr_t head = load(v);
+    if (head == expect) return status::compare_failed;
+    const std::intptr_t next = load(reinterpret_cast<const std::intptr_t*>(head + offset));
+    if (commit(v, head, next)) {
+      *out = head;
+      return status::committed;
+    }
+  }
+}
+
 status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                     std::intptr_t newv2, std::intptr_t newv) noexcept {
   stripe_guard guard(v);

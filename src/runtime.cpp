@@ -260,10 +260,11 @@ int dense_thread_id() {
   return t_dense_id % machine_topology().mm_cid_bound;
 }
 
-// Runs every CPU's pending work by running this thread on each allowed CPU in turn: when the
-// thread runs on a CPU, any thread that was inside a critical section there has been preempted
-// and will abort. The fence of last resort when membarrier is unavailable.
-void migration_sweep() {
+}  // namespace
+
+namespace detail {
+// Running on a CPU means whatever ran there before was preempted, and a preempted section aborts.
+void migration_sweep() noexcept {
   cpu_set_t saved;
   if (sched_getaffinity(0, sizeof(saved), &saved) != 0) return;
   for (int cpu : machine_topology().possible_cpus) {
@@ -275,8 +276,7 @@ void migration_sweep() {
   }
   sched_setaffinity(0, sizeof(saved), &saved);
 }
-
-}  // namespace
+}  // namespace detail
 
 const char* to_string(area_owner owner) noexcept {
   switch (owner) {
@@ -416,6 +416,8 @@ int unregister_this_thread() noexcept {
   t_registered = false;
   return 0;
 }
+
+std::uint32_t g_inject_loops[4] = {0, 0, 0, 0};
 
 void note_abort() noexcept {
   ++t_stats.aborts;

@@ -4,9 +4,9 @@
 // operand of a ud1), and each early exit listed in __rseq_exit_point_array starts a section.
 #include <gtest/gtest.h>
 
+#include <percpu/percpu.h>
 #include <cstdint>
 #include <cstring>
-#include <percpu/percpu.h>
 #include <set>
 
 extern "C" {

@@ -26,6 +26,9 @@ PERCPU_API status fallback_compare_compare_store(std::intptr_t* v, std::intptr_t
                                                  std::intptr_t newv) noexcept;
 PERCPU_API status fallback_pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
                                std::intptr_t* out) noexcept;
+PERCPU_API status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                       std::intptr_t expect2, std::ptrdiff_t offset,
+                                       std::intptr_t* out) noexcept;
 PERCPU_API status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect,
                                                std::intptr_t* v2, std::intptr_t newv2,
                                                std::intptr_t newv) noexcept;

@@ -111,6 +111,22 @@ inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
       [&] { return detail::fallback_pop(v, expect, offset, out); });
 }
 
+/// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next },
+/// where next = *(intptr_t*)(*v + offset). pop() with a second word that must hold a value
+/// (a gate a remote drainer closes, see freelist.h). Returns committed (*out = the popped item),
+/// compare_failed (*v2 != expect2, or the list is empty), or aborted / index_changed (retry).
+template <index_mode M>
+inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                          std::intptr_t expect2, std::ptrdiff_t offset, std::intptr_t* out,
+                          int index) noexcept {
+  return detail::dispatch<M>(
+      [&](auto field) {
+        return arch::compare_pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2,
+                                                         expect2, offset, out, index);
+      },
+      [&] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }. The store to v2 may
 /// also happen in attempts that abort, so v2 must be memory nobody reads before the commit
 /// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,

@@ -2,11 +2,16 @@
 #pragma once
 
 #include "percpu/abi.h"
+#include "percpu/buffer.h"
 #include "percpu/counter.h"
 #include "percpu/cpu.h"
+#include "percpu/freelist.h"
 #include "percpu/membarrier.h"
+#include "percpu/memcpy_buffer.h"
 #include "percpu/ops.h"
+#include "percpu/remote.h"
 #include "percpu/runtime.h"
 #include "percpu/slot_array.h"
+#include "percpu/spinlock.h"
 #include "percpu/status.h"
 #include "percpu/topology.h"

@@ -116,6 +116,11 @@ PERCPU_API void current_cpu_node_slow(int& cpu, int& node) noexcept;
 /// unavailable), then lets fallback operations run. `reason` is recorded for registration().
 PERCPU_API void enter_fallback(const char* reason) noexcept;
 
+/// Runs the calling thread once on every CPU of its affinity mask, then restores the mask: any
+/// thread that was inside a critical section on one of those CPUs has been preempted and will
+/// abort. The fence of last resort where membarrier is unavailable.
+PERCPU_API void migration_sweep() noexcept;
+
 /// Waits until a switch to fallback mode in progress has completed.
 PERCPU_API void wait_for_fallback() noexcept;
 
@@ -123,6 +128,18 @@ PERCPU_API void wait_for_fallback() noexcept;
 /// (what the thread-exit hook does). Returns 0, EINVAL when this thread has no percpu-owned
 /// registration, or the errno of rseq(2). The next getcpu-cache call registers again.
 PERCPU_API int unregister_this_thread() noexcept;
+
+/// Delay-injection loop counts for points 1-3 inside every critical section (index 0 unused),
+/// read only by builds with PERCPU_INJECT_DELAYS (see arch/x86_64/sections.h); `percpu stress`
+/// sets them. Units: iterations of a two-instruction loop (about 0.3 ns each).
+PERCPU_API extern std::uint32_t g_inject_loops[4];
+
+/// True when this translation unit's critical sections contain injection points.
+#ifdef PERCPU_INJECT_DELAYS
+inline constexpr bool kInjectDelays = true;
+#else
+inline constexpr bool kInjectDelays = false;
+#endif
 
 /// Slow-path accounting, called off the fast path.
 PERCPU_API void note_abort() noexcept;

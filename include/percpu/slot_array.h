@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "percpu/cpu.h"
@@ -67,6 +68,48 @@ class slot_array {
  private:
   int count_;
   std::size_t bytes_;
+  char* base_;
+};
+
+/// One region of `bytes` bytes per index of an index space, each starting on its own cache line
+/// (stride: bytes rounded up to 64), zero-filled on first touch and mapped with mmap so that an
+/// untouched region costs no resident memory. The storage of the bounded buffers.
+///
+/// Throws std::invalid_argument for count <= 0 or bytes == 0, std::bad_alloc when the address
+/// space cannot be reserved.
+class region_array {
+ public:
+  region_array(int count, std::size_t bytes) : count_(count) {
+    if (count <= 0 || bytes == 0)
+      throw std::invalid_argument("percpu::region_array: count and bytes must be positive");
+    stride_ = (bytes + 63) / 64 * 64;
+    total_ = static_cast<std::size_t>(count) * stride_;
+    void* p = mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(p);
+  }
+  ~region_array() { munmap(base_, total_); }
+  region_array(const region_array&) = delete;
+  region_array& operator=(const region_array&) = delete;
+
+  /// Start of the region of `index`; precondition 0 <= index < size() (checked by at()).
+  char* operator[](int index) const noexcept { return base_ + index * stride_; }
+
+  /// Start of the region of `index`; throws std::out_of_range outside [0, size()).
+  char* at(int index) const {
+    if (index < 0 || index >= count_)
+      throw std::out_of_range("percpu: index " + std::to_string(index) + " outside [0, " +
+                              std::to_string(count_) + ")");
+    return (*this)[index];
+  }
+
+  /// Number of regions.
+  int size() const noexcept { return count_; }
+
+ private:
+  int count_;
+  std::size_t stride_;
+  std::size_t total_;
   char* base_;
 };
 

@@ -36,7 +36,7 @@ namespace percpu::arch {
   "cmpl %[index], %%fs:%c[field](%[off])\n\t"                                 \
   "jnz %l[moved]\n\t"                                                         \
   "cmpl $0, %[mode]\n\t"                                                      \
-  "jnz %l[moved]\n\t"
+  "jnz %l[moved]\n\t" PERCPU_X86_INJECT(1)
 
 #define PERCPU_X86_CMPFAIL_EXIT PERCPU_X86_EXIT_POINT("1", "%l[cmpfail]")
 
@@ -47,7 +47,7 @@ namespace percpu::arch {
 
 #define PERCPU_X86_HEAD_OPERANDS(off, index)              \
   [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
-      [mode] "m"(::percpu::detail::g_hot.fallback)
+      [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
 
 /// add: *v += count.
 ///
@@ -55,7 +55,8 @@ namespace percpu::arch {
 ///   *v += count                              // commit (one read-modify-write instruction)
 template <std::uint32_t Field>
 inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD("") "addq %[count], %[v]\n\t" PERCPU_X86_SECTION_TAIL
+  asm goto(PERCPU_X86_SECTION_HEAD("")
+               PERCPU_X86_INJECT(3) "addq %[count], %[v]\n\t" PERCPU_X86_SECTION_TAIL
            :
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
            : "rax", "memory", "cc"
@@ -80,6 +81,7 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq %[v], %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(3)
            "movq %[newv], %[v]\n\t"
            PERCPU_X86_SECTION_TAIL
            :
@@ -109,8 +111,10 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq %[v], %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
            "cmpq %[v2], %[expect2]\n\t"
            "jnz %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(3)
            "movq %[newv], %[v]\n\t"
            PERCPU_X86_SECTION_TAIL
            :
@@ -145,7 +149,9 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
            "movq %[v], %%rbx\n\t"
            "cmpq %%rbx, %[expect]\n\t"
            "je %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
            "movq (%%rbx, %[offset], 1), %%rcx\n\t"
+           PERCPU_X86_INJECT(3)
            "movq %%rcx, %[v]\n\t"
            "2:\n\t"
            "movq %%rbx, %[out]\n\t"
@@ -154,6 +160,52 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
            :
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
              [offset] "r"(offset), [out] "m"(*out)
+           : "rax", "rbx", "rcx", "memory", "cc"
+           : aborted, moved, cmpfail);
+  clear_rseq_cs(off);
+  return status::committed;
+aborted:
+  return status::aborted;
+moved:
+  clear_rseq_cs(off);
+  return status::index_changed;
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
+/// The pop of a list that a remote drainer can close: v2 is the list's gate, and a closed gate
+/// makes the pop fail inside the section (see freelist.h).
+///
+///   if (area->index != index || fallback) return index_changed
+///   if (*v2 != expect2) return compare_failed
+///   head = *v
+///   if (head == expect) return compare_failed
+///   next = *(intptr_t*)(head + offset)
+///   *v = next                                  // commit
+///   *out = head                                // after the section
+template <std::uint32_t Field>
+inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                          std::intptr_t* v2, std::intptr_t expect2, std::ptrdiff_t offset,
+                          std::intptr_t* out, int index) noexcept {
+  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq %[v2], %[expect2]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq %[v], %%rbx\n\t"
+           "cmpq %%rbx, %[expect]\n\t"
+           "je %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
+           "movq (%%rbx, %[offset], 1), %%rcx\n\t"
+           PERCPU_X86_INJECT(3)
+           "movq %%rcx, %[v]\n\t"
+           "2:\n\t"
+           "movq %%rbx, %[out]\n\t"
+           PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"
+           ".popsection\n\t"
+           :
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+             [v2] "m"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
   clear_rseq_cs(off);
@@ -182,7 +234,9 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq %[v], %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
            "movq %[newv2], %[v2]\n\t"
+           PERCPU_X86_INJECT(3)
            "movq %[newv], %[v]\n\t"
            PERCPU_X86_SECTION_TAIL
            :
@@ -216,6 +270,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq %[v], %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
            "movq %[src], %%rsi\n\t"
            "movq %[dst], %%rdi\n\t"
            "movq %[len], %%rcx\n\t"
@@ -240,6 +295,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
            "decq %%rcx\n\t"
            "jnz 7b\n\t"
            "8:\n\t"
+           PERCPU_X86_INJECT(3)
            "movq %[newv], %[v]\n\t"
            PERCPU_X86_SECTION_TAIL
            :

@@ -11,6 +11,9 @@
 //    operand of `ud1 0x53053053(%rip), %edi` so that stray execution traps;
 //  - each early exit (a jump out of the body that is neither commit nor abort) listed as a
 //    (start_ip, exit_ip) pair in __rseq_exit_point_array.
+// Every pushed section carries the "?" flag: it joins the section group (COMDAT) of the function
+// the asm is in, so when the linker drops a duplicate inline function it drops its descriptors,
+// exit points and abort handlers with it (otherwise they would point into discarded code).
 // Labels are GNU as numeric local labels passed as strings, so a macro can be expanded in many
 // inlined copies without clashes.
 #pragma once
@@ -20,23 +23,23 @@
 
 /// Descriptor `desc` for a section [start, end) aborting to `abort`.
 #define PERCPU_X86_DESCRIPTOR(desc, start, end, abort) \
-  ".pushsection __rseq_cs, \"aw\"\n\t"                 \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"                \
   ".balign 32\n\t" desc                                \
   ":\n\t"                                              \
   ".long 0x0, 0x0\n\t"                                 \
   ".quad " start "f, (" end "f - " start "f), " abort  \
   "f\n\t"                                              \
   ".popsection\n\t"                                    \
-  ".pushsection __rseq_cs_ptr_array, \"aw\"\n\t"       \
+  ".pushsection __rseq_cs_ptr_array, \"aw?\"\n\t"      \
   ".quad " desc                                        \
   "b\n\t"                                              \
   ".popsection\n\t"
 
 /// Records an early exit from the section starting at `start` (a forward label) to `exit`.
-#define PERCPU_X86_EXIT_POINT(start, exit)           \
-  ".pushsection __rseq_exit_point_array, \"aw\"\n\t" \
-  ".quad " start "f, " exit                          \
-  "\n\t"                                             \
+#define PERCPU_X86_EXIT_POINT(start, exit)            \
+  ".pushsection __rseq_exit_point_array, \"aw?\"\n\t" \
+  ".quad " start "f, " exit                           \
+  "\n\t"                                              \
   ".popsection\n\t"
 
 /// Arms the section: area->rseq_cs = &desc. Clobbers %rax.
@@ -47,7 +50,30 @@
 
 /// Opens the abort handler `abort` in __rseq_failure, after the signature. The caller writes the
 /// handler's body and closes it with ".popsection".
-#define PERCPU_X86_ABORT_HANDLER(abort)     \
-  ".pushsection __rseq_failure, \"ax\"\n\t" \
-  ".byte 0x0f, 0xb9, 0x3d\n\t"              \
+#define PERCPU_X86_ABORT_HANDLER(abort)      \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"               \
   ".long " PERCPU_X86_STR(0x53053053) "\n\t" abort ":\n\t"
+
+/// Delay injection point `n` (1-3) for stress testing (the kernel selftests' RSEQ_INJECT_ASM):
+/// in builds with PERCPU_INJECT_DELAYS, spins detail::g_inject_loops[n] iterations at this point
+/// of the section, so that preemption, migration and signals land inside sections far more often.
+/// Clobbers %eax (every section already clobbers %rax for the arming store). Empty otherwise.
+#ifdef PERCPU_INJECT_DELAYS
+#define PERCPU_X86_INJECT(n) \
+  "movl " #n                 \
+  "*4(%[inject]), %%eax\n\t" \
+  "testl %%eax, %%eax\n\t"   \
+  "jz 8" #n                  \
+  "f\n\t"                    \
+  "9" #n                     \
+  ":\n\t"                    \
+  "decl %%eax\n\t"           \
+  "jnz 9" #n                 \
+  "b\n\t"                    \
+  "8" #n ":\n\t"
+#define PERCPU_X86_INJECT_OPERAND , [inject] "r"(::percpu::detail::g_inject_loops)
+#else
+#define PERCPU_X86_INJECT(n) ""
+#define PERCPU_X86_INJECT_OPERAND
+#endif

@@ -1,0 +1,155 @@
+// A bounded per-CPU buffer of pointers: a per-CPU stack of fixed capacity, pushed with a
+// try-store then a count store, popped with a compare of count and slot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "percpu/checked.h"
+#include "percpu/ops.h"
+#include "percpu/remote.h"
+#include "percpu/slot_array.h"
+
+namespace percpu {
+
+/// Per-CPU (or per-mm_cid, M) bounded LIFO of non-null pointers P (for example `item*`), with
+/// `capacity` entries per index. Each index's count and entries share one region starting on its
+/// own cache line; regions are sized by the index space of M.
+///
+/// - push() and pop() act on the calling thread's current index, one critical section each,
+///   and are async-signal-safe. A full or empty buffer is reported, never waited for.
+/// - drain(index) empties any index's buffer while threads keep using it.
+/// - In fallback mode the same operations give the same results.
+/// - Checked (default: debug builds) records which pointers are stored, so a double push throws.
+template <class P, index_mode M = index_mode::cpu_id, bool Checked = kCheckedDefault>
+class buffer {
+  static_assert(std::is_pointer_v<P>, "percpu::buffer<P>: P must be a pointer type, e.g. item*");
+
+ public:
+  /// Most entries a buffer may have per index.
+  static constexpr std::size_t kMaxCapacity = std::size_t{1} << 24;
+
+  /// Reserves `capacity` entries (1 .. kMaxCapacity) for each index.
+  /// Throws std::invalid_argument for a capacity out of range, std::bad_alloc without memory.
+  explicit buffer(std::size_t capacity)
+      : capacity_(checked_capacity(capacity)),
+        regions_(index_space<M>(), (1 + capacity_) * sizeof(std::intptr_t)) {}
+
+  ~buffer() {
+    if constexpr (Checked) {
+      for (int i = 0; i < regions_.size(); ++i) {
+        const std::intptr_t* r = words(i);
+        for (std::intptr_t k = 1; k <= r[0]; ++k) detail::checked_erase(reinterpret_cast<P>(r[k]));
+      }
+    }
+  }
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+
+  /// Pushes `p` onto the calling thread's buffer. Returns false, storing nothing, when that
+  /// buffer is full. Throws std::invalid_argument for a null pointer and (Checked)
+  /// std::logic_error for a pointer already stored; nothing changes then either.
+  bool push(P p) {
+    if (p == nullptr) throw std::invalid_argument("percpu::buffer::push: null pointer");
+    if constexpr (Checked) {
+      if (!detail::checked_insert(p))
+        throw std::logic_error("percpu::buffer::push: pointer is already stored (double push)");
+    }
+    for (;;) {
+      bool full = false, closed = false;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* r = words(index);
+        const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        full = n == static_cast<std::intptr_t>(capacity_);
+        if (closed || full) return status::compare_failed;
+        // Entry n is above the count, so nobody reads it until the count store publishes it.
+        return compare_store_store<M, commit_order::release>(
+            &r[0], n, &r[1 + n], reinterpret_cast<std::intptr_t>(p), n + 1, index);
+      });
+      if (s == status::committed) return true;
+      if (full) {
+        if constexpr (Checked) detail::checked_erase(p);
+        return false;
+      }
+      if (closed) detail::wait_for_remote();
+    }
+  }
+
+  /// Pops the most recently pushed pointer of the calling thread's buffer; nullptr when empty.
+  P pop() noexcept {
+    for (;;) {
+      bool empty = false, closed = false;
+      std::intptr_t p = 0;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* r = words(index);
+        const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        empty = n == 0;
+        if (closed || empty) return status::compare_failed;
+        p = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
+        // Compare the entry as well as the count: a pop and a push of another pointer in
+        // between would leave the count as it was.
+        return compare_compare_store<M>(&r[0], n, &r[n], p, n - 1, index);
+      });
+      if (s == status::committed) {
+        if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
+        return reinterpret_cast<P>(p);
+      }
+      if (empty) return nullptr;
+      if (closed) detail::wait_for_remote();
+    }
+  }
+
+  /// Empties the buffer of `index` (any index), also while threads use it, and returns its
+  /// pointers, oldest first. Not async-signal-safe (allocates the vector).
+  /// Throws std::out_of_range for an index outside [0, slots()), std::system_error when no
+  /// fence is possible (fence_index()); nothing changes then.
+  std::vector<P> drain(int index) {
+    std::intptr_t* r = reinterpret_cast<std::intptr_t*>(regions_.at(index));
+    std::vector<P> out;
+    out.reserve(capacity_);  // allocate before closing: other threads wait while it is closed
+    detail::remote_section remote;
+    const std::intptr_t n = detail::close_count<M>(&r[0], index);
+    for (std::intptr_t k = 1; k <= n; ++k) out.push_back(reinterpret_cast<P>(r[k]));
+    __atomic_store_n(&r[0], 0, __ATOMIC_RELEASE);  // reopens, empty
+    if constexpr (Checked) {
+      for (P p : out) detail::checked_erase(p);
+    }
+    return out;
+  }
+
+  /// Entries per index.
+  std::size_t capacity() const noexcept { return capacity_; }
+
+  /// Number of buffers (the index space of M).
+  int slots() const noexcept { return regions_.size(); }
+
+  /// Current count of `index` (a snapshot). Throws std::out_of_range for a bad index.
+  std::size_t size(int index) const {
+    const auto n =
+        __atomic_load_n(reinterpret_cast<std::intptr_t*>(regions_.at(index)), __ATOMIC_ACQUIRE);
+    return static_cast<std::size_t>(n & ~detail::kCountClosed);
+  }
+
+ private:
+  static std::size_t checked_capacity(std::size_t capacity) {
+    if (capacity == 0 || capacity > kMaxCapacity)
+      throw std::invalid_argument("percpu::buffer: capacity " + std::to_string(capacity) +
+                                  " outside [1, " + std::to_string(kMaxCapacity) + "]");
+    return capacity;
+  }
+
+  // Region of `index`: word 0 is the count, words 1..capacity the entries.
+  std::intptr_t* words(int index) const noexcept {
+    return reinterpret_cast<std::intptr_t*>(regions_[index]);
+  }
+
+  std::size_t capacity_;
+  region_array regions_;
+};
+
+}  // namespace percpu

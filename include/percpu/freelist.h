@@ -1,0 +1,180 @@
+// An intrusive per-CPU LIFO free list: the structure a slab allocator keeps per CPU. Push and pop
+// are one critical section each on the calling thread's list; another index's list can be
+// drained while its threads keep using it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+
+#include "percpu/checked.h"
+#include "percpu/ops.h"
+#include "percpu/remote.h"
+#include "percpu/slot_array.h"
+
+namespace percpu {
+
+/// Per-CPU (or per-mm_cid, M) LIFO list of T, linked through the member `Link` (a T*) of each
+/// item. The list never allocates and never touches an item it does not hold; items belong to
+/// the caller, who must not free or reuse an item while it is in a list.
+///
+/// - push(), pop(), pop_all() act on the calling thread's current index, one critical section
+///   each (about 1-2 ns in rseq mode), and are async-signal-safe.
+/// - drain(index) empties any index's list, also while threads push and pop on it (a gate
+///   word closes the list, then fence_index() waits out the sections that began before).
+/// - In fallback mode the same operations run on the same lists with the same results.
+/// - Checked (default: debug builds, see PERCPU_CHECKED) records which items are stored, so a
+///   double push throws instead of linking an item into two places.
+///
+/// Each index's list head sits on its own cache line; the lists are sized by the index space
+/// of M (possible CPUs, or the mm_cid bound).
+template <class T, T* T::*Link = &T::next, index_mode M = index_mode::cpu_id,
+          bool Checked = kCheckedDefault>
+class freelist {
+ public:
+  freelist() : slots_(index_space<M>()) {}
+
+  /// Items still in the lists stay the caller's (the lists only forget them).
+  ~freelist() {
+    for (int i = 0; i < slots_.size(); ++i) forget(reinterpret_cast<T*>(slots_[i].head));
+  }
+  freelist(const freelist&) = delete;
+  freelist& operator=(const freelist&) = delete;
+
+  /// Pushes `item` onto the calling thread's list.
+  /// Throws std::invalid_argument for a null item, and (Checked) std::logic_error when `item`
+  /// is already stored in a percpu structure; in both cases nothing changes.
+  void push(T* item) {
+    if (item == nullptr) throw std::invalid_argument("percpu::freelist::push: null item");
+    if constexpr (Checked) {
+      if (!detail::checked_insert(item))
+        throw std::logic_error("percpu::freelist::push: item is already in a list (double push)");
+    }
+    for (;;) {
+      int at = 0;
+      const status s = retry<M>([&](int index) {
+        at = index;
+        slot& sl = slots_[index];
+        const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
+        item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
+        return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen,
+                                        reinterpret_cast<std::intptr_t>(item), index);
+      });
+      if (s == status::committed) return;
+      wait_if_closed(at);  // the head moved under us, or a drain closed the list
+    }
+  }
+
+  /// Pops the most recently pushed item of the calling thread's list; nullptr when it is empty.
+  T* pop() noexcept {
+    for (;;) {
+      int at = 0;
+      std::intptr_t item = 0;
+      const status s = retry<M>([&](int index) {
+        at = index;
+        slot& sl = slots_[index];
+        return compare_pop<M>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+      });
+      if (s == status::committed) {
+        if constexpr (Checked) detail::checked_erase(reinterpret_cast<T*>(item));
+        return reinterpret_cast<T*>(item);
+      }
+      if (!wait_if_closed(at)) return nullptr;  // open and empty
+    }
+  }
+
+  /// Detaches the calling thread's whole list and returns its first item (follow Link to the
+  /// rest; the last item's Link is nullptr), or nullptr when the list is empty.
+  T* pop_all() noexcept {
+    for (;;) {
+      int at = 0;
+      std::intptr_t head = 0;
+      const status s = retry<M>([&](int index) {
+        at = index;
+        slot& sl = slots_[index];
+        head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
+        if (head == 0) return status::compare_failed;
+        return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen, 0, index);
+      });
+      if (s == status::committed) return forget(reinterpret_cast<T*>(head));
+      if (!wait_if_closed(at) && head == 0) return nullptr;
+    }
+  }
+
+  /// Detaches the whole list of `index` (any index, typically another CPU's), while threads may
+  /// be pushing and popping on it, and returns its first item as pop_all() does. Pushes and
+  /// pops on that index wait for the few microseconds it takes. Not async-signal-safe.
+  /// Throws std::out_of_range for an index outside [0, slots()), and std::system_error when no
+  /// fence is possible (see fence_index()); then nothing changes.
+  T* drain(int index) {
+    slot& sl = slots_.at(index);
+    detail::remote_section remote;
+    __atomic_store_n(&sl.gate, kClosed, __ATOMIC_SEQ_CST);
+    try {
+      fence_index(M, index);
+    } catch (...) {
+      __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
+      throw;
+    }
+    // No section on this index can commit now. The striped fallback lock also orders us after
+    // fallback-mode operations that checked the gate before it closed.
+    std::intptr_t head;
+    do {
+      head = __atomic_load_n(&sl.head, __ATOMIC_ACQUIRE);
+    } while (detail::fallback_compare_store(&sl.head, head, 0) != status::committed);
+    __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
+    return forget(reinterpret_cast<T*>(head));
+  }
+
+  /// Number of lists (the index space of M).
+  int slots() const noexcept { return slots_.size(); }
+
+  /// Counts the items of the list of `index` by walking it. Exact only while no thread uses the
+  /// list (for tests and end-of-run checks); throws std::out_of_range for a bad index.
+  std::size_t count_quiescent(int index) const {
+    std::size_t n = 0;
+    for (T* p = reinterpret_cast<T*>(const_cast<slot_array<slot>&>(slots_).at(index).head); p;
+         p = p->*Link)
+      ++n;
+    return n;
+  }
+
+ private:
+  static constexpr std::intptr_t kOpen = 0;
+  static constexpr std::intptr_t kClosed = 1;
+
+  struct slot {
+    std::intptr_t head;  // first item, 0 when empty
+    std::intptr_t gate;  // kOpen, or kClosed while drain() works on this list
+  };
+
+  // Byte offset of Link inside T, for the pop section (computed without constructing a T).
+  static std::ptrdiff_t link_offset() noexcept {
+    alignas(T) static unsigned char probe[sizeof(T)];
+    T* p = reinterpret_cast<T*>(probe);
+    return reinterpret_cast<unsigned char*>(&(p->*Link)) - probe;
+  }
+
+  // After a failed attempt on `index`: waits while a drain holds it closed. Returns true when
+  // the caller should try again because the list was (or just was) closed.
+  bool wait_if_closed(int index) noexcept {
+    bool waited = false;
+    while (__atomic_load_n(&slots_[index].gate, __ATOMIC_ACQUIRE) != kOpen) {
+      detail::wait_for_remote();
+      waited = true;
+    }
+    return waited || __atomic_load_n(&slots_[index].head, __ATOMIC_RELAXED) != 0;
+  }
+
+  // Checked builds: the items of a detached chain are no longer stored.
+  static T* forget(T* chain) noexcept {
+    if constexpr (Checked) {
+      for (T* p = chain; p; p = p->*Link) detail::checked_erase(p);
+    }
+    return chain;
+  }
+
+  slot_array<slot> slots_;
+};
+
+}  // namespace percpu

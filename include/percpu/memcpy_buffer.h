@@ -1,0 +1,145 @@
+// A bounded per-CPU buffer of trivially copyable records, copied in and out inside the critical
+// section (compare, copy, then store the count).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "percpu/ops.h"
+#include "percpu/remote.h"
+#include "percpu/slot_array.h"
+
+namespace percpu {
+
+/// Per-CPU (or per-mm_cid, M) bounded LIFO of records T (trivially copyable), `capacity` per
+/// index. Records are copied with 8-byte moves (then a 0-7 byte tail) inside one critical section
+/// per push or pop; keep T small (up to a few hundred bytes), since a copy that outlasts a
+/// scheduler tick keeps aborting.
+///
+/// - push() and pop() act on the calling thread's current index and are async-signal-safe; a
+///   full or empty buffer is reported, never waited for.
+/// - drain(index) empties any index's buffer while threads keep using it.
+/// - In fallback mode the same operations give the same results.
+template <class T, index_mode M = index_mode::cpu_id>
+class memcpy_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "percpu::memcpy_buffer<T>: T is copied as bytes");
+
+ public:
+  /// Most records a buffer may hold per index.
+  static constexpr std::size_t kMaxCapacity = std::size_t{1} << 20;
+  /// Bytes between records: sizeof(T) rounded up to 8, so each record starts word-aligned.
+  static constexpr std::size_t kRecordStride = (sizeof(T) + 7) / 8 * 8;
+
+  /// Reserves `capacity` records (1 .. kMaxCapacity) for each index.
+  /// Throws std::invalid_argument for a capacity out of range, std::bad_alloc without memory.
+  explicit memcpy_buffer(std::size_t capacity)
+      : capacity_(checked_capacity(capacity)),
+        regions_(index_space<M>(), sizeof(std::intptr_t) + capacity_ * kRecordStride) {}
+
+  /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
+  /// is full.
+  bool push(const T& record) noexcept {
+    for (;;) {
+      bool full = false, closed = false;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* count = count_of(index);
+        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        full = n == static_cast<std::intptr_t>(capacity_);
+        if (closed || full) return status::compare_failed;
+        // Record n is above the count: nobody reads it until the count store publishes it.
+        return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n),
+                                                              &record, sizeof(T), n + 1, index);
+      });
+      if (s == status::committed) return true;
+      if (full) return false;
+      if (closed) detail::wait_for_remote();
+    }
+  }
+
+  /// Copies the most recently pushed record of the calling thread's buffer into `out` and
+  /// removes it. Returns false, leaving `out` unspecified, when the buffer is empty.
+  bool pop(T& out) noexcept {
+    for (;;) {
+      bool empty = false, closed = false;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* count = count_of(index);
+        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        empty = n == 0;
+        if (closed || empty) return status::compare_failed;
+        // The copy into `out` may happen in attempts that abort; only the count store commits.
+        return compare_memcpy_store<M>(count, n, &out, record_of(index, n - 1), sizeof(T), n - 1,
+                                       index);
+      });
+      if (s == status::committed) return true;
+      if (empty) return false;
+      if (closed) detail::wait_for_remote();
+    }
+  }
+
+  /// pop() returning the record, or std::nullopt when the buffer is empty.
+  std::optional<T> pop() noexcept {
+    T record;
+    if (pop(record)) return record;
+    return std::nullopt;
+  }
+
+  /// Empties the buffer of `index` (any index), also while threads use it, and returns its
+  /// records, oldest first. Not async-signal-safe. Throws std::out_of_range for an index
+  /// outside [0, slots()), std::system_error when no fence is possible; nothing changes then.
+  std::vector<T> drain(int index) {
+    regions_.at(index);
+    std::vector<T> out;
+    out.reserve(capacity_);  // allocate before closing: other threads wait while it is closed
+    detail::remote_section remote;
+    const std::intptr_t n = detail::close_count<M>(count_of(index), index);
+    for (std::intptr_t k = 0; k < n; ++k) {
+      T record;
+      std::memcpy(&record, record_of(index, k), sizeof(T));
+      out.push_back(record);
+    }
+    __atomic_store_n(count_of(index), 0, __ATOMIC_RELEASE);  // reopens, empty
+    return out;
+  }
+
+  /// Records per index.
+  std::size_t capacity() const noexcept { return capacity_; }
+
+  /// Number of buffers (the index space of M).
+  int slots() const noexcept { return regions_.size(); }
+
+  /// Current count of `index` (a snapshot). Throws std::out_of_range for a bad index.
+  std::size_t size(int index) const {
+    regions_.at(index);
+    const auto n = __atomic_load_n(count_of(index), __ATOMIC_ACQUIRE);
+    return static_cast<std::size_t>(n & ~detail::kCountClosed);
+  }
+
+ private:
+  static std::size_t checked_capacity(std::size_t capacity) {
+    if (capacity == 0 || capacity > kMaxCapacity)
+      throw std::invalid_argument("percpu::memcpy_buffer: capacity " + std::to_string(capacity) +
+                                  " outside [1, " + std::to_string(kMaxCapacity) + "]");
+    return capacity;
+  }
+
+  // Region of `index`: the count word, then capacity records of kRecordStride bytes.
+  std::intptr_t* count_of(int index) const noexcept {
+    return reinterpret_cast<std::intptr_t*>(regions_[index]);
+  }
+  void* record_of(int index, std::intptr_t k) const noexcept {
+    return regions_[index] + sizeof(std::intptr_t) + static_cast<std::size_t>(k) * kRecordStride;
+  }
+
+  std::size_t capacity_;
+  region_array regions_;
+};
+
+}  // namespace percpu

@@ -1,0 +1,83 @@
+// Acting on another CPU's (or mm_cid's) per-CPU data while threads may be running critical
+// sections on it: the fence that makes that safe, and the guard every remote operation holds.
+//
+// The pattern (design.md, "Remote access"): close the slot with a store that every section on
+// it checks before it commits (a gate word, or a lock bit in the word it compares), fence the
+// index so that sections which read the slot before the close have committed or aborted, then
+// work on the slot with atomic instructions, and reopen it.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+
+#include "percpu/config.h"
+#include "percpu/cpu.h"
+
+namespace percpu {
+
+/// Fence for index `index` of mode `mode`: when it returns, every critical section that a
+/// thread of this process was running on that index when the call began has either committed
+/// or will restart at its abort handler. For cpu_id it fences one CPU; for mm_cid every CPU
+/// (the thread holding an mm_cid may run anywhere).
+///
+/// Method: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ) (Linux 5.10), targeted with
+/// MEMBARRIER_CMD_FLAG_CPU for cpu_id. Where membarrier is unavailable, the calling thread runs
+/// once on the CPU (cpu_id) or on every CPU of its affinity mask (mm_cid): a section in flight
+/// there is preempted by it and aborts. In fallback mode there are no sections, and it returns
+/// at once. Not async-signal-safe.
+///
+/// Throws std::system_error (EINVAL) when membarrier is unavailable and the calling thread may
+/// not run on CPU `index`, and std::out_of_range for an index outside the index space.
+PERCPU_API void fence_index(index_mode mode, int index);
+
+namespace detail {
+
+/// Held for the duration of one remote operation. Remote operations of the process run one at a
+/// time; signals are blocked on the holder (a handler using the structure would otherwise wait
+/// for the slot its own thread closed); fork() waits until no remote operation is in progress,
+/// so a child never inherits a closed slot.
+class PERCPU_API remote_section {
+ public:
+  remote_section() noexcept;
+  ~remote_section();
+  remote_section(const remote_section&) = delete;
+  remote_section& operator=(const remote_section&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
+/// Bit set in a buffer's count word while a remote operation holds the buffer closed. Counts
+/// stay far below it, and sections compare the whole word, so none commits while it is set.
+inline constexpr std::intptr_t kCountClosed = std::intptr_t{1} << 62;
+
+/// Closes the buffer slot of `index` whose sections compare the count word `*count`: sets
+/// kCountClosed with a compare-and-swap, fences the index, and starts over if a section that
+/// was already running committed over the closed word. Returns the count it closed (without the
+/// bit). The caller holds a remote_section and reopens the slot by storing a count. Throws what
+/// fence_index() throws, after reopening.
+template <index_mode M>
+std::intptr_t close_count(std::intptr_t* count, int index) {
+  for (;;) {
+    std::intptr_t n = __atomic_load_n(count, __ATOMIC_ACQUIRE);
+    if (!__atomic_compare_exchange_n(count, &n, n | kCountClosed, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_RELAXED))
+      continue;
+    try {
+      fence_index(M, index);
+    } catch (...) {
+      std::intptr_t closed = n | kCountClosed;
+      __atomic_compare_exchange_n(count, &closed, n, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+      throw;
+    }
+    if (__atomic_load_n(count, __ATOMIC_ACQUIRE) == (n | kCountClosed)) return n;
+  }
+}
+
+/// Waits a little while a slot is closed by a remote operation (which holds it for about one
+/// fence: microseconds).
+PERCPU_API void wait_for_remote() noexcept;
+
+}  // namespace detail
+}  // namespace percpu
