@@ -3,7 +3,9 @@
 #   1. default: glibc's rseq area;
 #   2. GLIBC_TUNABLES=glibc.pthread.rseq=0: percpu registers its own area;
 #   3. under `percpu deny-rseq` (a seccomp filter failing rseq(2) with ENOSYS): fallback mode.
-# PERCPU_EXPECT tells each pass which mode the tests must find.
+# PERCPU_EXPECT tells each pass which mode the tests must find. Then builds the `stress` preset
+# (delay loops inside every critical section) and runs the short form of `percpu stress` on
+# every structure in both index modes, requiring aborts and zero lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,5 +32,11 @@ PERCPU_EXPECT=fallback pass "fallback mode (rseq denied by seccomp: ENOSYS)" \
   "$cli" deny-rseq --errno ENOSYS -- || status=1
 
 echo
-if [ $status -eq 0 ]; then echo "all three test passes succeeded"; else echo "a test pass FAILED"; fi
+echo "=== stress pass: delay injection inside the critical sections ==="
+cmake --preset stress >/dev/null
+cmake --build --preset stress
+build/stress/tools/percpu/percpu stress --short --inject-loops 100 --require-aborts || status=1
+
+echo
+if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi
 exit $status

@@ -42,6 +42,17 @@ class table_lock {
   sigset_t saved_;
 };
 
+// fork(): the child must not inherit the table locked by a thread that does not exist there.
+void lock_for_fork() {
+  while (g_locked.exchange(true, std::memory_order_acquire)) __builtin_ia32_pause();
+}
+void unlock_after_fork() {
+  g_locked.store(false, std::memory_order_release);
+}
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 std::size_t hash(std::uintptr_t key) {
   key ^= key >> 33;
   key *= 0xff51afd7ed558ccdULL;

@@ -26,6 +26,12 @@ void unlock_after_fork() {
   g_remote_mutex.unlock();
 }
 
+// Registered when the library loads, not on first use: a registration racing with a fork in
+// another thread could miss that fork, whose child would then inherit a held mutex.
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 // Runs the calling thread on `cpu` once (it preempts whatever ran there), then restores its
 // affinity. Returns false when the thread may not run there.
 bool run_once_on(int cpu) {
@@ -66,8 +72,6 @@ void fence_index(index_mode mode, int index) {
 namespace detail {
 
 remote_section::remote_section() noexcept {
-  static const int registered = pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
-  (void)registered;
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &saved_);

@@ -66,6 +66,30 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(run("deny-rseq").status, 0);
   EXPECT_NE(run("deny-rseq -- /nonexistent/program").status, 0);
   EXPECT_NE(run("bench --quick --json /nonexistent/dir/out.json getcpu").status, 0);
+  EXPECT_NE(run("stress --structure nosuch").status, 0);
+  EXPECT_NE(run("stress --threads 0").status, 0);
+  EXPECT_NE(run("stress --mode percpu").status, 0);
+}
+
+// A short stress run of every structure in both modes, in whichever mode this pass runs (the
+// fallback pass runs it under the seccomp filter). The JSON must show conservation.
+TEST(Cli, ShortStressConservesEverything) {
+  const std::string json = ::testing::TempDir() + "stress.json";
+  const auto r = run("stress --short --reps 5000 --json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::FILE* f = std::fopen(json.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  const auto runs = nlohmann::json::parse(f);
+  std::fclose(f);
+  ASSERT_EQ(runs.size(), 10u);  // 5 structures x 2 modes
+  for (const auto& run : runs) {
+    EXPECT_TRUE(run["passed"].get<bool>()) << run.dump();
+    EXPECT_EQ(run["lost"], 0) << run["structure"];
+    EXPECT_EQ(run["duplicated"], 0) << run["structure"];
+    EXPECT_EQ(run["ops"], 8 * 5000) << run["structure"];
+    if (percpu::test::expected_mode() == "fallback")
+      EXPECT_GT(run["fallback_ops"].get<long>(), 0) << run["structure"];
+  }
 }
 
 }  // namespace

@@ -31,25 +31,32 @@ namespace detail {
 template <index_mode M>
 inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
 
-/// True when an operation must leave the inline path: fallback mode, a switch in progress, or
-/// percpu not yet initialized.
-inline bool off_fast_path() noexcept {
-  return PERCPU_UNLIKELY(g_hot.fallback != kRseqMode);
-}
-
-/// Runs `rseq_op(field)` with the field mode M compares (cpu_id when the kernel lacks mm_cid),
-/// or `fallback_op()` when the process is not in rseq mode.
+/// Runs `rseq_op(offset, field)` with the area offset and the field mode M compares (cpu_id
+/// when the kernel lacks mm_cid), or `fallback_op()` when the process is not in rseq mode.
+///
+/// The fast path checks only that percpu has an area offset: the section itself checks the
+/// mode (it must, for the switch to fallback mode), and reports a mode other than rseq as
+/// index_changed, so the mode is read here only after such a result.
 template <index_mode M, class RseqOp, class FallbackOp>
 inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
-  if (off_fast_path()) {
-    if (prepare_fallback()) return fallback_op();
-    return status::index_changed;  // just initialized in rseq mode: caller retries
+  const std::intptr_t off = g_hot.rseq_offset;
+  if (PERCPU_LIKELY(off != 0)) {
+    status s;
+    if constexpr (M == index_mode::mm_cid) {
+      if (PERCPU_LIKELY(g_hot.mm_cid_usable)) {
+        s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffMmCid>{});
+      } else {
+        s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
+      }
+    } else {
+      s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
+    }
+    if (PERCPU_LIKELY(s != status::index_changed)) return s;
+    if (PERCPU_LIKELY(__atomic_load_n(&g_hot.fallback, __ATOMIC_RELAXED) == kRseqMode)) return s;
   }
-  if constexpr (M == index_mode::mm_cid) {
-    if (PERCPU_UNLIKELY(!g_hot.mm_cid_usable))
-      return rseq_op(std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
-  }
-  return rseq_op(std::integral_constant<std::uint32_t, kField<M>>{});
+  // No area (not initialized, or fallback mode from the start), or the mode has changed.
+  if (prepare_fallback()) return fallback_op();
+  return status::index_changed;  // just initialized in rseq mode: the caller retries
 }
 
 }  // namespace detail
@@ -64,8 +71,8 @@ enum class commit_order { relaxed, release };
 template <index_mode M>
 inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::add<decltype(field)::value>(detail::g_hot.rseq_offset, v, count, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::add<decltype(field)::value>(off, v, count, index);
       },
       [&] { return detail::fallback_add(v, count); });
 }
@@ -76,9 +83,8 @@ template <index_mode M>
 inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv,
                             int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::compare_store<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect,
-                                                           newv, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::compare_store<decltype(field)::value>(off, v, expect, newv, index);
       },
       [&] { return detail::fallback_compare_store(v, expect, newv); });
 }
@@ -89,9 +95,9 @@ template <index_mode M>
 inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                     std::intptr_t expect2, std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::compare_compare_store<decltype(field)::value>(
-            detail::g_hot.rseq_offset, v, expect, v2, expect2, newv, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::compare_compare_store<decltype(field)::value>(off, v, expect, v2, expect2,
+                                                                   newv, index);
       },
       [&] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
 }
@@ -104,9 +110,8 @@ template <index_mode M>
 inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
                   int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, offset, out,
-                                                 index);
+      [&](std::intptr_t off, auto field) {
+        return arch::pop<decltype(field)::value>(off, v, expect, offset, out, index);
       },
       [&] { return detail::fallback_pop(v, expect, offset, out); });
 }
@@ -120,9 +125,9 @@ inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t*
                           std::intptr_t expect2, std::ptrdiff_t offset, std::intptr_t* out,
                           int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::compare_pop<decltype(field)::value>(detail::g_hot.rseq_offset, v, expect, v2,
-                                                         expect2, offset, out, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::compare_pop<decltype(field)::value>(off, v, expect, v2, expect2, offset, out,
+                                                         index);
       },
       [&] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
 }
@@ -135,9 +140,9 @@ template <index_mode M, commit_order O = commit_order::relaxed>
 inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                   std::intptr_t newv2, std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::compare_store_store<decltype(field)::value>(detail::g_hot.rseq_offset, v,
-                                                                 expect, v2, newv2, newv, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::compare_store_store<decltype(field)::value>(off, v, expect, v2, newv2, newv,
+                                                                 index);
       },
       [&] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
 }
@@ -153,9 +158,9 @@ inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void*
                                    const void* src, std::size_t len, std::intptr_t newv,
                                    int index) noexcept {
   return detail::dispatch<M>(
-      [&](auto field) {
-        return arch::compare_memcpy_store<decltype(field)::value>(
-            detail::g_hot.rseq_offset, v, expect, dst, src, len, newv, index);
+      [&](std::intptr_t off, auto field) {
+        return arch::compare_memcpy_store<decltype(field)::value>(off, v, expect, dst, src, len,
+                                                                  newv, index);
       },
       [&] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
 }

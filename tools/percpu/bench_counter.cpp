@@ -33,10 +33,12 @@ struct alignas(64) locked_slot {
 std::unique_ptr<atomic_slot[]> g_sharded;  // indexed by sched_getcpu(): the pre-rseq way
 std::unique_ptr<locked_slot[]> g_locked;   // per-CPU slot taken under a lock
 
-// thread_local counters, registered so a reader can sum them (as per-thread caches do).
+// thread_local counters, registered so a reader can sum them (as per-thread caches do); an
+// exiting thread folds its count into `retired` and leaves the registry.
 struct registry {
   std::mutex lock;
   std::vector<std::atomic<std::int64_t>*> counters;
+  std::int64_t retired = 0;
 };
 registry g_registry;
 struct thread_counter {
@@ -45,6 +47,11 @@ struct thread_counter {
     std::lock_guard<std::mutex> l(g_registry.lock);
     g_registry.counters.push_back(&value);
   }
+  ~thread_counter() {
+    std::lock_guard<std::mutex> l(g_registry.lock);
+    g_registry.retired += value.load();
+    std::erase(g_registry.counters, &value);
+  }
 };
 
 int cpu_slot() {
@@ -52,46 +59,47 @@ int cpu_slot() {
   return cpu < 0 ? 0 : cpu;
 }
 
-void bm_percpu_cpu_id(benchmark::State& s) {
-  for (auto _ : s) g_percpu_cpu->add(1);
+std::uint64_t percpu_cpu_id(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { g_percpu_cpu->add(1); });
 }
-void bm_percpu_mm_cid(benchmark::State& s) {
-  for (auto _ : s) g_percpu_cid->add(1);
+std::uint64_t percpu_mm_cid(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { g_percpu_cid->add(1); });
 }
-void bm_shared_atomic(benchmark::State& s) {
-  for (auto _ : s) g_shared.fetch_add(1, std::memory_order_relaxed);
+std::uint64_t shared_atomic(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { g_shared.fetch_add(1, std::memory_order_relaxed); });
 }
-void bm_sched_getcpu_atomic(benchmark::State& s) {
-  for (auto _ : s) g_sharded[cpu_slot()].value.fetch_add(1, std::memory_order_relaxed);
+std::uint64_t sched_getcpu_atomic(int, const std::atomic<bool>& stop) {
+  return run_until(stop,
+                   [] { g_sharded[cpu_slot()].value.fetch_add(1, std::memory_order_relaxed); });
 }
-void bm_locked_slot(benchmark::State& s) {
-  for (auto _ : s) {
+std::uint64_t locked_slot_add(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] {
     locked_slot& slot = g_locked[cpu_slot()];
     std::lock_guard<std::mutex> l(slot.lock);
     ++slot.value;
-  }
+  });
 }
-void bm_thread_local(benchmark::State& s) {
+std::uint64_t thread_local_add(int, const std::atomic<bool>& stop) {
   static thread_local thread_counter mine;
   std::atomic<std::int64_t>& value = mine.value;  // resolve the TLS address once, as users would
-  for (auto _ : s) {
-    // Single writer: a relaxed load+store (no lock prefix) keeps the value readable by a summer.
+  // Single writer: a relaxed load+store (no lock prefix) keeps the value readable by a summer.
+  return run_until(stop, [&] {
     value.store(value.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
+  });
 }
 
 struct contender {
   const char* name;   // benchmark and JSON name
   const char* label;  // table column
-  void (*fn)(benchmark::State&);
+  std::uint64_t (*body)(int, const std::atomic<bool>&);
 };
 constexpr contender kContenders[] = {
-    {"percpu counter (cpu_id)", "percpu cpu_id", bm_percpu_cpu_id},
-    {"percpu counter (mm_cid)", "percpu mm_cid", bm_percpu_mm_cid},
-    {"thread_local + registry", "thread_local", bm_thread_local},
-    {"sched_getcpu + atomic", "getcpu+atomic", bm_sched_getcpu_atomic},
-    {"per-CPU slot + mutex", "slot+mutex", bm_locked_slot},
-    {"one shared atomic", "shared atomic", bm_shared_atomic},
+    {"percpu counter (cpu_id)", "percpu cpu_id", percpu_cpu_id},
+    {"percpu counter (mm_cid)", "percpu mm_cid", percpu_mm_cid},
+    {"thread_local + registry", "thread_local", thread_local_add},
+    {"sched_getcpu + atomic", "getcpu+atomic", sched_getcpu_atomic},
+    {"per-CPU slot + mutex", "slot+mutex", locked_slot_add},
+    {"one shared atomic", "shared atomic", shared_atomic},
 };
 
 }  // namespace
@@ -109,16 +117,11 @@ int bench_counter(const bench_options& options) {
   const bench_plan plan = make_plan(options, {7, 0.2}, {3, 0.05});
 
   for (int threads : kThreadCounts)
-    for (const auto& c : kContenders)
-      benchmark::RegisterBenchmark(c.name, c.fn)
-          ->Threads(threads)
-          ->UseRealTime()
-          ->Repetitions(plan.repetitions)
-          ->MinTime(plan.min_time_s);
+    for (const auto& c : kContenders) register_throughput(c.name, threads, plan, c.body);
   const auto results = run_registered("counter");
 
   fmt::print(
-      "percpu bench counter: ns per increment (all threads together), median of {} "
+      "percpu bench counter: wall-clock ns per increment of the whole process, median of {} "
       "repetitions (mode: {}, {} CPUs)\n\n",
       plan.repetitions, reg.fallback ? "fallback" : "rseq", machine_topology().allowed_cpus.size());
   fmt::print("{:>7}", "threads");

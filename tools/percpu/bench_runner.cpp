@@ -1,14 +1,20 @@
 #include "bench_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <thread>
+
+#include <sched.h>
 
 #include <unistd.h>
 
 namespace percpu::cli {
 namespace {
+
+const std::string kThroughputTag = "@threads=";
 
 // Collects the individual repetitions (not Google Benchmark's own aggregates).
 class collecting_reporter : public benchmark::BenchmarkReporter {
@@ -20,13 +26,19 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
-      const std::string& name = run.run_name.function_name;
-      const std::string key = name + "/threads:" + std::to_string(run.threads);
+      std::string name = run.run_name.function_name;
+      int threads = static_cast<int>(run.threads);
+      // Throughput benchmarks carry their thread count in the name (see register_throughput).
+      if (const auto at = name.rfind(kThroughputTag); at != std::string::npos) {
+        threads = std::stoi(name.substr(at + kThroughputTag.size()));
+        name.resize(at);
+      }
+      const std::string key = name + "/threads:" + std::to_string(threads);
       if (index_.find(key) == index_.end()) {
         index_[key] = results_.size();
         bench_result r;
         r.name = name;
-        r.threads = static_cast<int>(run.threads);
+        r.threads = threads;
         results_.push_back(r);
         if (isatty(STDERR_FILENO))
           std::cerr << "\r[" << suite_ << "] " << key << std::string(20, ' ') << std::flush;
@@ -75,6 +87,49 @@ std::vector<bench_result> run_registered(const std::string& suite) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::ClearRegisteredBenchmarks();
   return reporter.take();
+}
+
+void register_throughput(const std::string& name, int threads, const bench_plan& plan,
+                         thread_body body, std::function<void()> before_run) {
+  const double window_s = plan.min_time_s;
+  // One round: returns wall ns from release to the last thread's finish, and the operations.
+  auto round = [=](double seconds) {
+    if (before_run) before_run();
+    std::atomic<bool> go{false}, stop{false};
+    std::atomic<std::uint64_t> ops{0};
+    std::atomic<std::int64_t> last_finish_ns{0};
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        while (!go.load(std::memory_order_acquire)) sched_yield();
+        ops.fetch_add(body(t, stop), std::memory_order_relaxed);
+        const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+        std::int64_t seen = last_finish_ns.load();
+        while (seen < now && !last_finish_ns.compare_exchange_weak(seen, now)) {
+        }
+      });
+    const auto start = std::chrono::steady_clock::now();
+    go.store(true, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    stop.store(true, std::memory_order_release);
+    for (auto& th : pool) th.join();
+    const double elapsed_ns =
+        static_cast<double>(last_finish_ns.load() - start.time_since_epoch().count());
+    return std::pair<double, std::uint64_t>(elapsed_ns, ops.load());
+  };
+  auto fn = [=](benchmark::State& s) {
+    round(std::min(0.02, window_s));  // warm-up: page faults, first-use registration, caches
+    for (auto _ : s) {
+      const auto [elapsed_ns, n] = round(window_s);
+      // One Google Benchmark iteration stands for one operation of the process.
+      s.SetIterationTime(n ? elapsed_ns / 1e9 / static_cast<double>(n) : 0);
+    }
+  };
+  benchmark::RegisterBenchmark((name + kThroughputTag + std::to_string(threads)).c_str(), fn)
+      ->Iterations(1)
+      ->Repetitions(plan.repetitions)
+      ->UseManualTime();
 }
 
 const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name,

@@ -4,6 +4,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,33 @@ bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_pl
 /// Runs every benchmark registered so far (benchmark::RegisterBenchmark) and returns their
 /// results in registration order. Prints one progress line per benchmark to stderr.
 std::vector<bench_result> run_registered(const std::string& suite);
+
+/// The loop one thread of a throughput benchmark runs: operations until `stop` is set, returning
+/// how many it did. `thread` is 0 .. threads-1.
+using thread_body = std::function<std::uint64_t(int thread, const std::atomic<bool>& stop)>;
+
+/// Registers a benchmark of process throughput with `threads` threads, measured by wall clock:
+/// each repetition starts the threads (outside the timing), releases them together, lets them
+/// run body() for plan.min_time_s seconds, and reports wall time from release to the last
+/// thread's finish divided by all threads' operations: ns per operation of the whole process.
+/// (Google Benchmark's own ->Threads() averages per-thread times, which flatters short loops
+/// when threads far outnumber CPUs and each finishes within one time slice.)
+/// `before_run`, if set, runs before each repetition's threads start. The result is found with
+/// find_result(results, name, threads).
+void register_throughput(const std::string& name, int threads, const bench_plan& plan,
+                         thread_body body, std::function<void()> before_run = {});
+
+/// Runs `op()` in batches of 256 until `stop` is set; returns the operations done. The usual
+/// thread_body of a throughput benchmark.
+template <class Op>
+std::uint64_t run_until(const std::atomic<bool>& stop, Op&& op) {
+  std::uint64_t done = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 256; ++i) op();
+    done += 256;
+  }
+  return done;
+}
 
 /// Checks before a long run that `path` (if not empty) can be written; prints why not.
 bool can_write(const std::string& path);

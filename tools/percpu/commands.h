@@ -30,4 +30,7 @@ int bench_getcpu(const bench_options& options);
 /// `percpu bench counter`: returns the process exit status.
 int bench_counter(const bench_options& options);
 
+/// `percpu bench list`: returns the process exit status.
+int bench_list(const bench_options& options);
+
 }  // namespace percpu::cli

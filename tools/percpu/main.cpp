@@ -1,10 +1,11 @@
-// The percpu command: info, bench, deny-rseq.
+// The percpu command: info, bench, stress, deny-rseq.
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
 
 #include "commands.h"
+#include "stress.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"percpu: userspace per-CPU data through restartable sequences (rseq)"};
@@ -25,6 +26,47 @@ int main(int argc, char** argv) {
       "getcpu", "Cost of asking for the current CPU: percpu vs glibc, vDSO, system call, insns");
   auto* counter = bench->add_subcommand(
       "counter", "A counter incremented by 1-256 threads: percpu vs atomics, locks, thread_local");
+
+  auto* list = bench->add_subcommand(
+      "list", "A free list shared by 1-256 threads: percpu vs a Treiber stack and a mutex list");
+
+  auto* stress = app.add_subcommand(
+      "stress",
+      "Run the per-CPU structures under preemption, migration, signals, fork and remote drains, "
+      "and check that nothing is lost or duplicated");
+  percpu::cli::stress_options sopt;
+  const std::vector<std::string> all_structures = {"counter", "freelist", "buffer", "memcpy_buffer",
+                                                   "spinlock"};
+  bool short_form = false, no_signals = false, no_migrate = false, no_yield = false,
+       no_fork = false, no_drain = false;
+  stress->add_option("--structure", sopt.structures, "Structures to run (default: all)")
+      ->check(CLI::IsMember(all_structures));
+  stress->add_option("--mode", sopt.modes, "Index modes (default: both)")
+      ->check(CLI::IsMember({"cpu_id", "mm_cid"}));
+  stress->add_option("--threads", sopt.threads, "Worker threads (default: 4 per CPU, >= 16)")
+      ->check(CLI::Range(1, 4096));
+  stress->add_option("--reps", sopt.reps, "Operations per worker (default: 1000000)")
+      ->check(CLI::Range(1L, 1000000000L));
+  stress->add_option("--repetitions", sopt.repetitions, "Runs of each structure and mode")
+      ->check(CLI::Range(1, 1000));
+  stress
+      ->add_option("--inject-loops", sopt.inject_loops,
+                   "Delay loop iterations at each injection point inside the critical "
+                   "sections (builds with PERCPU_INJECT_DELAYS: cmake --preset stress)")
+      ->check(CLI::Range(0u, 1000000u));
+  stress
+      ->add_option("--timeout", sopt.timeout_s,
+                   "Seconds after which a run that has not finished fails (hung)")
+      ->check(CLI::Range(1, 86400));
+  stress->add_flag("--short", short_form, "CI form: 8 workers x 20000 operations");
+  stress->add_flag("--no-signals", no_signals, "No signal storm");
+  stress->add_flag("--no-migrate", no_migrate, "No migrating thread");
+  stress->add_flag("--no-yield", no_yield, "Workers never call sched_yield");
+  stress->add_flag("--no-fork", no_fork, "No fork in the middle of a run");
+  stress->add_flag("--no-drain", no_drain, "No remote drains (counter: no resets)");
+  stress->add_flag("--require-aborts", sopt.require_aborts,
+                   "Fail a run in rseq mode in which no critical section was aborted");
+  stress->add_option("--json", sopt.json_out, "Write the results to this JSON file");
 
   auto* deny = app.add_subcommand(
       "deny-rseq", "Run a command with rseq(2) failing (seccomp), to exercise fallback mode");
@@ -48,6 +90,21 @@ int main(int argc, char** argv) {
   }
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);
+  if (list->parsed()) return percpu::cli::bench_list(options);
+  if (stress->parsed()) {
+    if (sopt.structures.empty()) sopt.structures = all_structures;
+    if (sopt.modes.empty()) sopt.modes = {"cpu_id", "mm_cid"};
+    if (short_form) {
+      if (sopt.threads == 0) sopt.threads = 8;
+      if (sopt.reps == 0) sopt.reps = 20000;
+    }
+    sopt.signals = !no_signals;
+    sopt.migrate = !no_migrate;
+    sopt.yield = !no_yield;
+    sopt.fork_child = !no_fork;
+    sopt.drain = !no_drain;
+    return percpu::cli::run_stress(sopt);
+  }
   if (deny->parsed()) {
     if (command.empty()) command = deny->remaining();
     const int err = err_name == "EPERM" ? EPERM : err_name == "EINVAL" ? EINVAL : ENOSYS;
