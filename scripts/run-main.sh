@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, and runs the benchmark report.
-# Extra arguments go to `percpu bench` (for example --quick or --json FILE).
+# Extra arguments go to each `percpu bench` suite (for example --quick or --repetitions N; for
+# --json FILE run one suite by hand, since each suite would write the same file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,3 +12,7 @@ cmake --build --preset release
 build/release/tools/percpu/percpu info
 echo
 build/release/tools/percpu/percpu bench "$@" getcpu
+echo
+build/release/tools/percpu/percpu bench "$@" counter
+echo
+build/release/tools/percpu/percpu bench "$@" list

@@ -115,6 +115,37 @@ TYPED_TEST(Ops, PopTakesTheHeadAndStopsWhenEmpty) {
   EXPECT_EQ(popped[0], 2);
 }
 
+// compare_pop pops only while the second word holds the expected value (a drain's gate).
+TYPED_TEST(Ops, ComparePopRespectsTheGate) {
+  constexpr index_mode M = TypeParam::value;
+  percpu::test::pinned pin(0);
+  auto heads = percpu::test::make_slots();
+  auto gates = percpu::test::make_slots();
+  std::vector<std::vector<node>> lists(heads.size(), std::vector<node>(2));
+  for (size_t s = 0; s < heads.size(); ++s) {
+    lists[s][1].next = &lists[s][0];
+    heads[s].value = reinterpret_cast<std::intptr_t>(&lists[s][1]);
+    gates[s].value = 1;  // closed
+  }
+  auto attempt = [&](std::intptr_t& out) {
+    return percpu::retry<M>([&](int index) {
+      return percpu::compare_pop<M>(&heads[index].value, 0, &gates[index].value, 0,
+                                    offsetof(node, next), &out, index);
+    });
+  };
+  std::intptr_t out = 0;
+  EXPECT_EQ(attempt(out), status::compare_failed);  // gate closed: nothing popped
+  const int index = percpu::current_index<M>();
+  EXPECT_EQ(heads[index].value, reinterpret_cast<std::intptr_t>(&lists[index][1]));
+  gates[index].value = 0;  // open
+  EXPECT_EQ(attempt(out), status::committed);
+  EXPECT_EQ(out, reinterpret_cast<std::intptr_t>(&lists[index][1]));
+  EXPECT_EQ(attempt(out), status::committed);
+  EXPECT_EQ(out, reinterpret_cast<std::intptr_t>(&lists[index][0]));
+  EXPECT_EQ(attempt(out), status::compare_failed);  // empty
+  EXPECT_EQ(heads[index].value, 0);
+}
+
 TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {
   constexpr index_mode M = TypeParam::value;
   auto slots = percpu::test::make_slots();
