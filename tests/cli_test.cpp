@@ -71,6 +71,19 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(run("stress --mode percpu").status, 0);
 }
 
+// Without membarrier, drains fence by running on the drained CPU (cpu_id) or on every CPU
+// (mm_cid): the remote paths must stay correct.
+TEST(Cli, DrainsStayCorrectWithoutMembarrier) {
+  const std::string self = std::string(PERCPU_CLI_PATH);
+  const auto j = info("deny-rseq --deny membarrier -- " + self + " ");
+  EXPECT_EQ(j["rseq"]["membarrier_rseq"], false) << j.dump();
+  const auto r = run("deny-rseq --deny membarrier -- " + self +
+                     " stress --short --reps 5000 --structure freelist --structure buffer"
+                     " --structure memcpy_buffer");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("6 runs, 0 failed"), std::string::npos) << r.out;
+}
+
 // A short stress run of every structure in both modes, in whichever mode this pass runs (the
 // fallback pass runs it under the seccomp filter). The JSON must show conservation.
 TEST(Cli, ShortStressConservesEverything) {

@@ -13,9 +13,10 @@ nlohmann::json info_json();
 /// Prints info_json() for people.
 void print_info(const nlohmann::json& info);
 
-/// `percpu deny-rseq`: installs a seccomp filter that fails rseq(2) with `err`, then execs
-/// `argv`. Returns only on failure (the exit status to use).
-int deny_rseq_exec(int err, const std::vector<std::string>& argv);
+/// `percpu deny-rseq`: installs a seccomp filter that fails rseq(2) (when `rseq`) and/or
+/// membarrier(2) (when `membarrier`) with `err`, then execs `argv`. Returns only on failure (the
+/// exit status to use).
+int deny_rseq_exec(int err, bool rseq, bool membarrier, const std::vector<std::string>& argv);
 
 /// Options shared by the benchmark suites.
 struct bench_options {

@@ -1,5 +1,7 @@
 // `percpu deny-rseq`: run a program on which rseq(2) fails, the way valgrind (ENOSYS) or a
 // container's seccomp profile (EPERM) makes it fail, so fallback mode can be tested for real.
+// It can make membarrier(2) fail instead or as well (kernels before 5.10 lack its RSEQ command),
+// so that the fences' method of last resort runs too.
 #include <seccomp.h>
 #include <unistd.h>
 
@@ -11,7 +13,7 @@
 
 namespace percpu::cli {
 
-int deny_rseq_exec(int err, const std::vector<std::string>& argv) {
+int deny_rseq_exec(int err, bool rseq, bool membarrier, const std::vector<std::string>& argv) {
   if (argv.empty()) {
     std::cerr << "percpu deny-rseq: no command given\n";
     return 2;
@@ -21,7 +23,10 @@ int deny_rseq_exec(int err, const std::vector<std::string>& argv) {
     std::cerr << "percpu deny-rseq: seccomp_init failed\n";
     return 1;
   }
-  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), SCMP_SYS(rseq), 0);
+  int rc = 0;
+  if (rseq) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), SCMP_SYS(rseq), 0);
+  if (rc == 0 && membarrier)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), SCMP_SYS(membarrier), 0);
   if (rc == 0) rc = seccomp_load(ctx);  // also sets no_new_privs
   seccomp_release(ctx);
   if (rc != 0) {

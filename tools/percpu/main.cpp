@@ -72,8 +72,13 @@ int main(int argc, char** argv) {
       "deny-rseq", "Run a command with rseq(2) failing (seccomp), to exercise fallback mode");
   std::string err_name = "ENOSYS";
   std::vector<std::string> command;
-  deny->add_option("--errno", err_name, "Error rseq(2) returns")
+  deny->add_option("--errno", err_name, "Error the denied system calls return")
       ->check(CLI::IsMember({"ENOSYS", "EPERM", "EINVAL"}));
+  std::string denied = "rseq";
+  deny->add_option("--deny", denied,
+                   "What fails: rseq (fallback mode), membarrier (rseq works, fences use "
+                   "migration), or both")
+      ->check(CLI::IsMember({"rseq", "membarrier", "both"}));
   deny->add_option("command", command, "Command and arguments")->required();
   deny->prefix_command();
 
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
   if (deny->parsed()) {
     if (command.empty()) command = deny->remaining();
     const int err = err_name == "EPERM" ? EPERM : err_name == "EINVAL" ? EINVAL : ENOSYS;
-    return percpu::cli::deny_rseq_exec(err, command);
+    return percpu::cli::deny_rseq_exec(err, denied != "membarrier", denied != "rseq", command);
   }
   return 0;
 }
