@@ -54,7 +54,10 @@ void fence_index(index_mode mode, int index) {
   if (index < 0 || index >= space)
     throw std::out_of_range("percpu::fence_index: index " + std::to_string(index) +
                             " outside [0, " + std::to_string(space) + ")");
-  if (!rseq_active()) return;
+  // Skip only once fallback mode is complete. While a switch is in progress, sections that
+  // passed their mode check may still commit: they must be fenced like any other.
+  detail::initialize();
+  if (__atomic_load_n(&detail::g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kFallbackMode) return;
   // mm_cid mode is served by cpu_id where the kernel lacks mm_cid; a full fence covers both.
   const bool one_cpu = mode == index_mode::cpu_id;
   if (membarrier_rseq_fence(one_cpu ? index : -1) == 0) return;

@@ -133,8 +133,28 @@ void arm_exit_hook() {
   pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
 }
 
-// Registers percpu's own area for the calling thread; returns 0 or an errno value.
+// Blocks every signal on the calling thread for a scope.
+class signals_blocked {
+ public:
+  signals_blocked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  }
+  ~signals_blocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  signals_blocked(const signals_blocked&) = delete;
+  signals_blocked& operator=(const signals_blocked&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
+// Registers percpu's own area for the calling thread; returns 0 or an errno value. Signals are
+// blocked throughout: a handler that used percpu between our check and the system call would
+// register the area itself and make ours fail with EBUSY.
 int register_this_thread() {
+  signals_blocked guard;
+  if (t_registered) return 0;
   if (sys_rseq(&t_area.area, g_own_length, 0) != 0) return errno;
   t_registered = true;
   arm_exit_hook();
@@ -410,6 +430,7 @@ void wait_for_fallback() noexcept {
 }
 
 int unregister_this_thread() noexcept {
+  signals_blocked guard;  // a handler must not register between the system call and the flag
   if (!t_registered) return EINVAL;
   // Same length as registered; afterwards the kernel writes nothing more into this TLS block.
   if (sys_rseq(&t_area.area, g_own_length, abi::kFlagUnregister) != 0) return errno;

@@ -2,6 +2,7 @@
 // try-store then a count store, popped with a compare of count and slot.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -111,7 +112,9 @@ class buffer {
   std::vector<P> drain(int index) {
     std::intptr_t* r = reinterpret_cast<std::intptr_t*>(regions_.at(index));
     std::vector<P> out;
-    out.reserve(capacity_);  // allocate before closing: other threads wait while it is closed
+    // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
+    // makes push_back allocate while closed, which is only slower.
+    out.reserve(std::min(size(index) + 16, capacity_));
     detail::remote_section remote;
     const std::intptr_t n = detail::close_count<M>(&r[0], index);
     for (std::intptr_t k = 1; k <= n; ++k) out.push_back(reinterpret_cast<P>(r[k]));

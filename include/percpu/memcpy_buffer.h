@@ -2,6 +2,7 @@
 // section (compare, copy, then store the count).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -97,7 +98,9 @@ class memcpy_buffer {
   std::vector<T> drain(int index) {
     regions_.at(index);
     std::vector<T> out;
-    out.reserve(capacity_);  // allocate before closing: other threads wait while it is closed
+    // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
+    // makes push_back allocate while closed, which is only slower.
+    out.reserve(std::min(size(index) + 16, capacity_));
     detail::remote_section remote;
     const std::intptr_t n = detail::close_count<M>(count_of(index), index);
     for (std::intptr_t k = 0; k < n; ++k) {

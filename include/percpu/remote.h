@@ -1,7 +1,7 @@
 // Acting on another CPU's (or mm_cid's) per-CPU data while threads may be running critical
 // sections on it: the fence that makes that safe, and the guard every remote operation holds.
 //
-// The pattern (design.md, "Remote access"): close the slot with a store that every section on
+// The pattern (README, "Remote access"): close the slot with a store that every section on
 // it checks before it commits (a gate word, or a lock bit in the word it compares), fence the
 // index so that sections which read the slot before the close have committed or aborted, then
 // work on the slot with atomic instructions, and reopen it.

@@ -20,8 +20,9 @@ namespace percpu {
 /// section (no atomic instruction) and unlock() one store.
 ///
 /// Not recursive, and not async-signal-safe against itself: a signal handler taking the lock
-/// its own thread holds waits forever. In fallback mode the same calls serialize through the
-/// fallback's compare-and-swap.
+/// its own thread holds waits forever (use try_lock() in handlers). Like any lock, one held by
+/// another thread at fork() stays held in the child, where that thread does not exist. In fallback
+/// mode the same calls serialize through the fallback's compare-and-swap.
 template <index_mode M = index_mode::cpu_id>
 class spinlock {
  public:

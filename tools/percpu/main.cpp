@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   stress->add_flag("--no-fork", no_fork, "No fork in the middle of a run");
   stress->add_flag("--no-drain", no_drain, "No remote drains (counter: no resets)");
   stress->add_flag("--require-aborts", sopt.require_aborts,
-                   "Fail a run in rseq mode in which no critical section was aborted");
+                   "Fail a run in rseq mode in which no critical section was aborted (use with "
+                   "--inject-loops in a stress-preset build: without injection, aborts are rare)");
   stress->add_option("--json", sopt.json_out, "Write the results to this JSON file");
 
   auto* deny = app.add_subcommand(

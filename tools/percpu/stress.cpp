@@ -41,6 +41,7 @@ struct worker_slot {
 
 // The helper threads' shared switches.
 struct run_control {
+  std::atomic<bool> go{false};  // releases the workers once the helpers have started
   std::atomic<bool> stop_helpers{false};
   std::atomic<int> workers_done{0};
   std::atomic<long> progress{0};  // worker operations so far (for the fork point)
@@ -133,6 +134,8 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
     threads.emplace_back([&, t] {
       workers[t].thread = pthread_self();
       workers[t].tid.store(static_cast<pid_t>(syscall(SYS_gettid)), std::memory_order_release);
+      // Start together, once the helpers run: a short run must not finish before its storms.
+      while (!ctl.go.load(std::memory_order_acquire)) sched_yield();
       for (long i = 1; i <= o.reps; ++i) {
         workload->op(i);
         if (o.yield && i % 1000 == 0) sched_yield();
@@ -151,22 +154,33 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
   wait_for_tids();
 
   std::vector<std::thread> helpers;
+  std::atomic<int> helpers_ready{0};
+  // Each helper reports once it has acted (each uses its own copy of this); the workers start
+  // after all have.
+  const auto ready_once_proto = [&helpers_ready, done = false]() mutable {
+    if (!done) helpers_ready.fetch_add(1, std::memory_order_release);
+    done = true;
+  };
   if (o.signals)
     helpers.emplace_back([&] {
+      auto ready_once = ready_once_proto;
       std::minstd_rand rng(1);
       while (!ctl.stop_helpers.load(std::memory_order_acquire)) {
         auto& w = workers[rng() % workers.size()];
         if (pthread_kill(w.thread, SIGUSR1) == 0) signals.fetch_add(1, std::memory_order_relaxed);
+        ready_once();
         if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
     });
   if (o.migrate && cpus.size() > 1)
     helpers.emplace_back([&] {
+      auto ready_once = ready_once_proto;
       std::minstd_rand rng(2);
       while (!ctl.stop_helpers.load(std::memory_order_acquire)) {
         auto& w = workers[rng() % workers.size()];
         set_affinity(w.tid.load(), {cpus[rng() % cpus.size()]});
         migrations.fetch_add(1, std::memory_order_relaxed);
+        ready_once();
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       for (auto& w : workers) set_affinity(w.tid.load(), cpus);
@@ -175,13 +189,18 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
     helpers.emplace_back([&] {
       const int space = mode == index_mode::cpu_id ? index_space<index_mode::cpu_id>()
                                                    : index_space<index_mode::mm_cid>();
+      auto ready_once = ready_once_proto;
       std::minstd_rand rng(3);
       while (!ctl.stop_helpers.load(std::memory_order_acquire)) {
         workload->remote(static_cast<int>(rng() % space));
+        ready_once();
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
 
+  while (helpers_ready.load(std::memory_order_acquire) < static_cast<int>(helpers.size()))
+    sched_yield();
+  ctl.go.store(true, std::memory_order_release);
   // Fork once the workers are about halfway, while everything above is running.
   bool forked = !o.fork_child;
   while (ctl.workers_done.load(std::memory_order_acquire) < o.threads) {
@@ -191,6 +210,10 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
       ++r.forks;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!forked) {  // the workers finished between two looks: fork while the helpers still run
+    r.failure = fork_and_check(*workload);
+    ++r.forks;
   }
   ctl.stop_helpers.store(true, std::memory_order_release);
   for (auto& h : helpers) h.join();
@@ -212,6 +235,13 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
   r.corrupt += tally.corrupt.load();
   if (r.failure.empty() && (r.lost || r.duplicated || r.corrupt))
     r.failure = fmt::format("lost {}, duplicated {}, corrupt {}", r.lost, r.duplicated, r.corrupt);
+  // A run whose storms never happened proves nothing: say so instead of passing.
+  if (r.failure.empty() && o.signals && r.signals == 0)
+    r.failure = "the signal storm sent no signal during the run";
+  if (r.failure.empty() && o.migrate && cpus.size() > 1 && r.migrations == 0)
+    r.failure = "no worker was migrated during the run";
+  if (r.failure.empty() && o.drain && structure != "spinlock" && r.drains == 0)
+    r.failure = "no remote drain (counter: reset) ran during the run";
   if (r.failure.empty() && o.require_aborts && rseq_active() && r.aborts == 0)
     r.failure = "no critical section was aborted: the run did not test the abort paths";
   return r;

@@ -51,7 +51,10 @@ class counter_workload final : public stress_workload {
     c_.add(1);
     tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
   }
-  void remote(int) override { taken_ += c_.reset(); }  // the drainer's part: resets
+  void remote(int) override {  // the drainer's part: resets
+    taken_ += c_.reset();
+    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+  }
   bool child_check() override {
     const auto before = c_.load();
     c_.add(5);
