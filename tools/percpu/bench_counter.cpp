@@ -122,26 +122,13 @@ int bench_counter(const bench_options& options) {
 
   fmt::print(
       "percpu bench counter: wall-clock ns per increment of the whole process, median of {} "
-      "repetitions (mode: {}, {} CPUs)\n\n",
+      "repetitions (mode: {}, {} CPUs); ratios: the other's time / percpu cpu_id's\n\n",
       plan.repetitions, reg.fallback ? "fallback" : "rseq", machine_topology().allowed_cpus.size());
-  fmt::print("{:>7}", "threads");
-  for (const auto& c : kContenders) fmt::print(" {:>13}", c.label);
-  fmt::print("  {}\n", "getcpu+atomic / percpu cpu_id");
-  bool noisy = false;
-  for (int threads : kThreadCounts) {
-    fmt::print("{:>7}", threads);
-    for (const auto& c : kContenders) {
-      const bench_result* r = find_result(results, c.name, threads);
-      noisy = noisy || (r && r->noisy());
-      fmt::print(" {:>13}", r ? fmt::format("{:.2f}{}", r->median_ns, r->noisy() ? "~" : "")
-                              : std::string("-"));
-    }
-    const bench_result* ours = find_result(results, kContenders[0].name, threads);
-    const bench_result* sharded = find_result(results, "sched_getcpu + atomic", threads);
-    fmt::print("  {:>10}\n", ours && sharded
-                                 ? fmt::format("{:.1f}x", sharded->median_ns / ours->median_ns)
-                                 : std::string("-"));
-  }
+  std::fflush(stdout);
+  std::vector<table_column> columns;
+  for (const auto& c : kContenders) columns.push_back({c.name, c.label});
+  print_thread_table(results, {std::begin(kThreadCounts), std::end(kThreadCounts)}, columns,
+                     kContenders[0].name, {{"sched_getcpu + atomic", "getcpu+atomic/"}});
   const bench_result* ours1 = find_result(results, kContenders[0].name, 1);
   const bench_result* tl1 = find_result(results, "thread_local + registry", 1);
   if (ours1 && tl1)
@@ -149,7 +136,6 @@ int bench_counter(const bench_options& options) {
         "\nat 1 thread the percpu counter takes {:.2f}x the time of a thread_local "
         "increment\n",
         ours1->median_ns / tl1->median_ns);
-  if (noisy) fmt::print("~ marks results whose repetitions varied by more than 20%\n");
   fmt::print("percpu counters: {} (cpu_id) and {} (mm_cid) increments recorded\n",
              percpu_cpu.load(), percpu_cid.load());
 

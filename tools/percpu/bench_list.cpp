@@ -159,29 +159,14 @@ int bench_list(const bench_options& options) {
 
   fmt::print(
       "percpu bench list: wall-clock ns per push+pop pair of the whole process, median of {} "
-      "repetitions (mode: {}, {} CPUs)\n\n",
+      "repetitions (mode: {}, {} CPUs); ratios: the other's time / percpu cpu_id's\n\n",
       plan.repetitions, reg.fallback ? "fallback" : "rseq", machine_topology().allowed_cpus.size());
-  fmt::print("{:>7}", "threads");
-  for (const auto& c : kContenders) fmt::print(" {:>13}", c.label);
-  fmt::print("  {:>14} {:>14}\n", "Treiber/percpu", "mutex/percpu");
-  bool noisy = false;
-  for (int threads : kThreadCounts) {
-    fmt::print("{:>7}", threads);
-    for (const auto& c : kContenders) {
-      const bench_result* r = find_result(results, c.name, threads);
-      noisy = noisy || (r && r->noisy());
-      fmt::print(" {:>13}", r ? fmt::format("{:.2f}{}", r->median_ns, r->noisy() ? "~" : "")
-                              : std::string("-"));
-    }
-    const bench_result* ours = find_result(results, kContenders[0].name, threads);
-    auto ratio = [&](const char* name) {
-      const bench_result* other = find_result(results, name, threads);
-      return ours && other ? fmt::format("{:.1f}x", other->median_ns / ours->median_ns)
-                           : std::string("-");
-    };
-    fmt::print("  {:>14} {:>14}\n", ratio("Treiber stack (tagged CAS)"), ratio("list + mutex"));
-  }
-  if (noisy) fmt::print("~ marks results whose repetitions varied by more than 20%\n");
+  std::fflush(stdout);
+  std::vector<table_column> columns;
+  for (const auto& c : kContenders) columns.push_back({c.name, c.label});
+  print_thread_table(results, {std::begin(kThreadCounts), std::end(kThreadCounts)}, columns,
+                     kContenders[0].name,
+                     {{"Treiber stack (tagged CAS)", "Treiber/"}, {"list + mutex", "list+mutex/"}});
 
   if (!options.json_out.empty()) {
     nlohmann::json extra;

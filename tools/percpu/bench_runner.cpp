@@ -1,5 +1,7 @@
 #include "bench_runner.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -137,6 +139,35 @@ const bench_result* find_result(const std::vector<bench_result>& results, const 
   for (const auto& r : results)
     if (r.name == name && r.threads == threads) return &r;
   return nullptr;
+}
+
+void print_thread_table(const std::vector<bench_result>& results, const std::vector<int>& threads,
+                        const std::vector<table_column>& columns, const char* base,
+                        const std::vector<ratio_column>& ratios) {
+  std::cout << fmt::format("{:>7}", "threads");
+  for (const auto& c : columns) std::cout << fmt::format(" {:>13}", c.label);
+  for (const auto& r : ratios) std::cout << fmt::format("  {:>15}", r.header);
+  std::cout << "\n";
+  bool noisy = false;
+  for (int n : threads) {
+    std::cout << fmt::format("{:>7}", n);
+    for (const auto& c : columns) {
+      const bench_result* r = find_result(results, c.name, n);
+      noisy = noisy || (r && r->noisy());
+      std::cout << fmt::format(
+          " {:>13}", r ? fmt::format("{:.2f}{}", r->median_ns, r->noisy() ? "~" : "") : "-");
+    }
+    const bench_result* ours = find_result(results, base, n);
+    for (const auto& ratio : ratios) {
+      const bench_result* other = find_result(results, ratio.slower, n);
+      std::cout << fmt::format(
+          "  {:>15}",
+          ours && other ? fmt::format("{:.1f}x", other->median_ns / ours->median_ns) : "-");
+    }
+    std::cout << "\n";
+  }
+  if (noisy) std::cout << "~ marks results whose repetitions varied by more than 20%\n";
+  std::cout << std::flush;
 }
 
 bool can_write(const std::string& path) {

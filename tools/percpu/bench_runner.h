@@ -72,6 +72,24 @@ std::uint64_t run_until(const std::atomic<bool>& stop, Op&& op) {
   return done;
 }
 
+/// A column of a thread-count table: the benchmark `name`, headed `label`.
+struct table_column {
+  const char* name;
+  const char* label;
+};
+
+/// A ratio column: median of benchmark `slower` / median of the table's base benchmark.
+struct ratio_column {
+  const char* slower;
+  const char* header;
+};
+
+/// Prints one row per thread count: each column's median ns (marked ~ when noisy), then each
+/// ratio against `base` (a benchmark name). Ends with a note when any result was noisy.
+void print_thread_table(const std::vector<bench_result>& results, const std::vector<int>& threads,
+                        const std::vector<table_column>& columns, const char* base,
+                        const std::vector<ratio_column>& ratios);
+
 /// Checks before a long run that `path` (if not empty) can be written; prints why not.
 bool can_write(const std::string& path);
 
