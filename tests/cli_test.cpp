@@ -100,8 +100,9 @@ TEST(Cli, ShortStressConservesEverything) {
     EXPECT_EQ(run["lost"], 0) << run["structure"];
     EXPECT_EQ(run["duplicated"], 0) << run["structure"];
     EXPECT_EQ(run["ops"], 8 * 5000) << run["structure"];
-    if (percpu::test::expected_mode() == "fallback")
+    if (percpu::test::expected_mode() == "fallback") {
       EXPECT_GT(run["fallback_ops"].get<long>(), 0) << run["structure"];
+    }
   }
 }
 

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 1000000u));
   stress
       ->add_option("--timeout", sopt.timeout_s,
-                   "Seconds after which a run that has not finished fails (hung)")
+                   "Seconds after which a run that has not finished fails (hung; default 300)")
       ->check(CLI::Range(1, 86400));
   stress->add_flag("--short", short_form, "CI form: 8 workers x 20000 operations");
   stress->add_flag("--no-signals", no_signals, "No signal storm");
