@@ -35,7 +35,7 @@ echo
 echo "=== stress pass: delay injection inside the critical sections ==="
 cmake --preset stress >/dev/null
 cmake --build --preset stress
-build/stress/tools/percpu/percpu stress --short --inject-loops 100 --require-aborts || status=1
+build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts || status=1
 
 echo
 if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi
