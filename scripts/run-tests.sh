@@ -3,7 +3,8 @@
 #   1. default: glibc's rseq area;
 #   2. GLIBC_TUNABLES=glibc.pthread.rseq=0: percpu registers its own area;
 #   3. under `percpu deny-rseq` (a seccomp filter failing rseq(2) with ENOSYS): fallback mode.
-# PERCPU_EXPECT tells each pass which mode the tests must find. Then builds the `stress` preset
+# PERCPU_EXPECT tells each pass which mode the tests must find. Then runs the suite once more from
+# a debug build (unoptimized sections, checked structures). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
 # every structure in both index modes, requiring aborts and zero lost.
 set -euo pipefail
@@ -30,6 +31,12 @@ PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 \
   pass "percpu's own rseq area (glibc.pthread.rseq=0)" env || status=1
 PERCPU_EXPECT=fallback pass "fallback mode (rseq denied by seccomp: ENOSYS)" \
   "$cli" deny-rseq --errno ENOSYS -- || status=1
+
+echo
+echo "=== debug pass: -O0 sections and checked structures (double-push detection on) ==="
+cmake --preset debug >/dev/null
+cmake --build --preset debug
+PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" || status=1
 
 echo
 echo "=== stress pass: delay injection inside the critical sections ==="
