@@ -9,6 +9,7 @@
 #include "percpu/membarrier.h"
 #include "percpu/memcpy_buffer.h"
 #include "percpu/ops.h"
+#include "percpu/pool.h"
 #include "percpu/remote.h"
 #include "percpu/runtime.h"
 #include "percpu/slot_array.h"
