@@ -75,6 +75,12 @@ TYPED_TEST(Pool, FreedObjectsAreReusedZeroed) {
 TYPED_TEST(Pool, BadInputIsReportedAndChangesNothing) {
   EXPECT_THROW(percpu::pool<TypeParam::value>(percpu::pool_options{.stride = 1000}),
                std::invalid_argument);
+  EXPECT_THROW(percpu::pool<TypeParam::value>(percpu::pool_options{.slots = -1}),
+               std::invalid_argument);
+  if (percpu::index_space<TypeParam::value>() > 1) {
+    EXPECT_THROW(percpu::pool<TypeParam::value>(percpu::pool_options{.slots = 1}),
+                 std::invalid_argument);
+  }
   percpu::pool<TypeParam::value> pool(percpu::pool_options{.stride = 4096, .debug = true});
   EXPECT_THROW(pool.allocate_bytes(0), std::invalid_argument);
   EXPECT_THROW(pool.allocate_bytes(4097), std::invalid_argument);

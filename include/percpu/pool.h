@@ -28,6 +28,7 @@ struct pool_options {
   std::size_t stride = 64 * 1024;
   /// Number of slots; 0 means the index space of the pool's mode. Set it to model a larger
   /// machine (256 possible CPUs, say): slots no thread uses cost address space, not memory.
+  /// Never fewer than the index space (every index must have a slot).
   int slots = 0;
   /// Poison freed objects and report double frees and foreign pointers (checked builds by
   /// default, see PERCPU_CHECKED). Without it a free of a pointer outside the pool is still
@@ -164,9 +165,9 @@ class percpu_ptr {
 template <index_mode M = index_mode::cpu_id>
 class pool : public pool_base {
  public:
-  /// A pool with `options` (slots default to the index space of M).
-  explicit pool(const pool_options& options = {})
-      : pool_base(options.slots > 0 ? options.slots : index_space<M>(), options) {}
+  /// A pool with `options` (slots default to the index space of M). Throws
+  /// std::invalid_argument for fewer slots than the index space, or a bad stride.
+  explicit pool(const pool_options& options = {}) : pool_base(slot_count(options), options) {}
 
   /// A zeroed T in every slot. Throws as pool_base::allocate_bytes.
   template <class T>
@@ -190,6 +191,17 @@ class pool : public pool_base {
   void free(percpu_ptr<T, M>& p) {
     free_bytes(p.base_, sizeof(T));
     p = percpu_ptr<T, M>();
+  }
+
+ private:
+  static int slot_count(const pool_options& options) {
+    const int space = index_space<M>();
+    if (options.slots == 0) return space;
+    if (options.slots < space)
+      throw std::invalid_argument("percpu::pool: " + std::to_string(options.slots) +
+                                  " slots is fewer than the index space (" + std::to_string(space) +
+                                  ")");
+    return options.slots;
   }
 };
 
