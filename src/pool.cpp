@@ -25,6 +25,14 @@ bool swap_configured() {
   return sysinfo(&si) != 0 || si.totalswap > 0;
 }
 
+// True when all `bytes` at `p` equal `fill`. Reading does not populate a page (a read fault
+// maps the shared zero page), so clearing skips slots that already read as cleared.
+bool holds_only(const char* p, std::size_t bytes, unsigned char fill) {
+  for (std::size_t i = 0; i < bytes; ++i)
+    if (static_cast<unsigned char>(p[i]) != fill) return false;
+  return true;
+}
+
 }  // namespace
 
 pool_base::pool_base(int slots, const pool_options& options)
@@ -36,6 +44,8 @@ pool_base::pool_base(int slots, const pool_options& options)
   if (slots_ <= 0)
     throw std::invalid_argument("percpu::pool: slots must be positive, not " +
                                 std::to_string(slots_));
+  if (stride_ > (std::size_t{1} << 47) / static_cast<std::size_t>(slots_))
+    throw std::invalid_argument("percpu::pool: slots x stride exceeds the address space");
 }
 
 pool_base::~pool_base() {
@@ -78,8 +88,7 @@ void* pool_base::allocate_bytes(std::size_t size, const void* init) {
       p = chunks_.back() + bump_;  // never used: zero-filled by the kernel on first touch
       bump_ += bytes;
     }
-    if (debug_) live_[p] = bytes;
-    ++live_count_;
+    live_[p] = bytes;
   }
   if (init != nullptr)
     for (int i = 0; i < slots_; ++i)
@@ -89,23 +98,23 @@ void* pool_base::allocate_bytes(std::size_t size, const void* init) {
 
 void pool_base::free_bytes(void* ptr, std::size_t size) {
   char* p = static_cast<char*>(ptr);
-  const std::size_t bytes = rounded(size);
   std::lock_guard<std::mutex> lock(mutex_);
   if (p == nullptr || !in_pool(p))
     throw std::invalid_argument("percpu::pool: free: pointer is not an object of this pool");
-  if (debug_) {
-    const auto it = live_.find(p);
-    if (it == live_.end())
-      throw std::logic_error("percpu::pool: free: double free (or not the start of an object)");
-    if (it->second != bytes)
-      throw std::logic_error("percpu::pool: free: size " + std::to_string(size) +
-                             " differs from the allocation's " + std::to_string(it->second));
-    live_.erase(it);
-  }
+  // Every live object is recorded, so a double free, an interior pointer or a wrong size is
+  // refused before anything is written (a wrong size would clear a neighbour).
+  const auto it = live_.find(p);
+  if (it == live_.end())
+    throw std::logic_error(
+        "percpu::pool: free: not a live object (double free, or not the start of an object)");
+  if (size == 0 || rounded(size) != it->second)
+    throw std::logic_error("percpu::pool: free: size " + std::to_string(size) +
+                           " differs from the allocation's " + std::to_string(it->second));
+  const std::size_t bytes = it->second;
+  live_.erase(it);
   // Clear now, so that allocate_bytes() can hand the object out without a system call.
   clear_slots(p, bytes, debug_ ? kPoison : 0);
   free_[bytes].push_back(p);
-  --live_count_;
 }
 
 // Fills the object's bytes in every slot whose page is resident. A page that was never touched
@@ -130,7 +139,7 @@ void pool_base::clear_slots(char* p, std::size_t bytes, unsigned char fill) {
       for (std::size_t pg = first; pg <= last; ++pg) touched = touched || (resident[pg] & 1);
       if (!touched) continue;
     }
-    std::memset(slot, fill, bytes);
+    if (!holds_only(slot, bytes, fill)) std::memset(slot, fill, bytes);
   }
 }
 
@@ -144,7 +153,7 @@ pool_stats pool_base::stats() const {
     if (mincore(c, chunk_bytes, pages.data()) != 0) continue;
     for (unsigned char v : pages) s.resident_bytes += (v & 1) ? page_size() : 0;
   }
-  s.live_objects = live_count_;
+  s.live_objects = live_.size();
   return s;
 }
 

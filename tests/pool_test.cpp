@@ -3,7 +3,10 @@
 #include <percpu/ops.h>
 #include <percpu/pool.h>
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <thread>
 #include <vector>
@@ -97,7 +100,39 @@ TYPED_TEST(Pool, BadInputIsReportedAndChangesNothing) {
   EXPECT_EQ(pool.stats().live_objects, 0u);
   percpu::pool<TypeParam::value> plain(percpu::pool_options{.debug = false});
   EXPECT_THROW(plain.free_bytes(&outside, sizeof outside), std::invalid_argument);
+  EXPECT_THROW(percpu::pool<TypeParam::value>(
+                   percpu::pool_options{.stride = std::size_t{1} << 46, .slots = 4096}),
+               std::invalid_argument);  // slots x stride overflows the address space
 }
+
+// Without debug mode too, a bad free is refused before it writes anything: it could otherwise
+// clear a live neighbour or hand the same memory to two objects.
+TYPED_TEST(Pool, BadFreesNeverCorruptLiveObjects) {
+  percpu::pool<TypeParam::value> pool(percpu::pool_options{.debug = false});
+  auto a = pool.template allocate<pair>(pair{1, 1});
+  auto b = pool.template allocate<pair>(pair{2, 2});
+  char* base = reinterpret_cast<char*>(&b[0]);
+  EXPECT_THROW(pool.free_bytes(base + 8, 8), std::logic_error);               // interior
+  EXPECT_THROW(pool.free_bytes(base + 64, 16), std::logic_error);             // never allocated
+  EXPECT_THROW(pool.free_bytes(base, 0), std::logic_error);                   // size 0
+  EXPECT_THROW(pool.free_bytes(base, SIZE_MAX), std::logic_error);            // wraps when rounded
+  EXPECT_THROW(pool.free_bytes(base, 2 * pool.stride()), std::logic_error);   // beyond the chunk
+  EXPECT_THROW(pool.free_bytes(&b[1], sizeof(pair)), std::invalid_argument);  // slot 1, not 0
+  auto copy = a;
+  pool.free(a);
+  EXPECT_THROW(pool.free(copy), std::logic_error);  // double free through a copy
+  percpu::percpu_ptr<pair, TypeParam::value> null;
+  pool.free(null);  // nothing to do
+  for (const pair& slot : b) {
+    EXPECT_EQ(slot.a, 2);
+    EXPECT_EQ(slot.b, 2);
+  }
+  EXPECT_EQ(pool.stats().live_objects, 1u);
+  auto c = pool.template allocate<pair>();
+  EXPECT_NE(static_cast<void*>(&c[0]), static_cast<void*>(&b[0]));
+}
+
+static_assert(std::forward_iterator<percpu::percpu_ptr<std::int64_t>::iterator>);
 
 // Threads allocate and free concurrently: every live object is distinct, and per-CPU adds into
 // the objects' slots sum exactly.

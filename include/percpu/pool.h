@@ -30,9 +30,8 @@ struct pool_options {
   /// machine (256 possible CPUs, say): slots no thread uses cost address space, not memory.
   /// Never fewer than the index space (every index must have a slot).
   int slots = 0;
-  /// Poison freed objects and report double frees and foreign pointers (checked builds by
-  /// default, see PERCPU_CHECKED). Without it a free of a pointer outside the pool is still
-  /// reported; a double free is not.
+  /// Poison freed objects (0xA5 in every resident slot until reuse) so that a use after free
+  /// shows; checked builds by default (PERCPU_CHECKED). Bad frees are reported either way.
   bool debug = kCheckedDefault;
 };
 
@@ -63,8 +62,12 @@ class PERCPU_API pool_base {
 
   /// Returns the object whose slot 0 is `p` (allocated with `size`) to the pool; its memory is
   /// reused by later allocations. Throws std::invalid_argument for a pointer that is not in
-  /// this pool, and in debug mode std::logic_error for a double free or a size that differs
-  /// from the allocation's; nothing changes then.
+  /// this pool, and std::logic_error for a double free, a pointer that is not the start of a
+  /// live object, or a size that differs from the allocation's; nothing changes then.
+  ///
+  /// Clearing writes only slots whose page is resident, so untouched slots stay unpopulated;
+  /// on a machine with swap configured it writes every slot (a swapped-out page still holds
+  /// data), which populates them.
   void free_bytes(void* p, std::size_t size);
 
   /// Reserved and resident bytes and live objects.
@@ -87,8 +90,7 @@ class PERCPU_API pool_base {
   std::vector<char*> chunks_;  // each slots_ * stride_ bytes
   std::size_t bump_ = 0;       // next free offset in the newest chunk
   std::unordered_map<std::size_t, std::vector<char*>> free_;  // by rounded size
-  std::unordered_map<const char*, std::size_t> live_;         // debug: object -> size
-  std::size_t live_count_ = 0;
+  std::unordered_map<const char*, std::size_t> live_;         // live object -> rounded size
 };
 
 /// A typed handle to an object of a pool<M>: slot `index` of the object is at
@@ -121,7 +123,8 @@ class percpu_ptr {
   std::size_t stride() const noexcept { return stride_; }
   explicit operator bool() const noexcept { return base_ != nullptr; }
 
-  /// Iterates over the slots in index order.
+  /// Iterates over the slots in index order (a forward iterator; it holds the object's base
+  /// and stride, so it stays valid when the handle it came from moves).
   class iterator {
    public:
     using iterator_category = std::forward_iterator_tag;
@@ -129,20 +132,33 @@ class percpu_ptr {
     using difference_type = std::ptrdiff_t;
     using pointer = T*;
     using reference = T&;
-    iterator(const percpu_ptr* owner, int index) : owner_(owner), index_(index) {}
-    T& operator*() const noexcept { return (*owner_)[index_]; }
+    iterator() = default;
+    iterator(char* base, std::size_t stride, int index)
+        : base_(base), stride_(stride), index_(index) {}
+    T& operator*() const noexcept {
+      return *reinterpret_cast<T*>(base_ + static_cast<std::size_t>(index_) * stride_);
+    }
+    T* operator->() const noexcept { return &**this; }
     iterator& operator++() noexcept {
       ++index_;
       return *this;
     }
-    bool operator==(const iterator& other) const noexcept { return index_ == other.index_; }
+    iterator operator++(int) noexcept {
+      iterator before = *this;
+      ++index_;
+      return before;
+    }
+    bool operator==(const iterator& other) const noexcept {
+      return base_ == other.base_ && index_ == other.index_;
+    }
 
    private:
-    const percpu_ptr* owner_;
-    int index_;
+    char* base_ = nullptr;
+    std::size_t stride_ = 0;
+    int index_ = 0;
   };
-  iterator begin() const noexcept { return iterator(this, 0); }
-  iterator end() const noexcept { return iterator(this, slots_); }
+  iterator begin() const noexcept { return iterator(base_, stride_, 0); }
+  iterator end() const noexcept { return iterator(base_, stride_, slots_); }
 
  private:
   template <index_mode>
@@ -186,9 +202,11 @@ class pool : public pool_base {
                             slots());
   }
 
-  /// Returns `p`'s object to the pool and nulls `p`. Throws as pool_base::free_bytes.
+  /// Returns `p`'s object to the pool and nulls `p`; a null `p` is left alone. Throws as
+  /// pool_base::free_bytes (a copy of a handle already freed is a double free).
   template <class T>
   void free(percpu_ptr<T, M>& p) {
+    if (!p) return;
     free_bytes(p.base_, sizeof(T));
     p = percpu_ptr<T, M>();
   }
