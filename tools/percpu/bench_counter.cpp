@@ -16,7 +16,7 @@
 namespace percpu::cli {
 namespace {
 
-constexpr int kThreadCounts[] = {1, 2, 4, 8, 64, 256};
+const std::vector<int> kThreadCounts = {1, 2, 4, 8, 64, 256};
 
 // The contenders. Each keeps a process-wide count that a reader could sum at any moment.
 counter<std::int64_t, index_mode::cpu_id>* g_percpu_cpu;
@@ -88,12 +88,7 @@ std::uint64_t thread_local_add(int, const std::atomic<bool>& stop) {
   });
 }
 
-struct contender {
-  const char* name;   // benchmark and JSON name
-  const char* label;  // table column
-  std::uint64_t (*body)(int, const std::atomic<bool>&);
-};
-constexpr contender kContenders[] = {
+const std::vector<contender> kContenders = {
     {"percpu counter (cpu_id)", "percpu cpu_id", percpu_cpu_id},
     {"percpu counter (mm_cid)", "percpu mm_cid", percpu_mm_cid},
     {"thread_local + registry", "thread_local", thread_local_add},
@@ -116,8 +111,7 @@ int bench_counter(const bench_options& options) {
   g_locked = std::make_unique<locked_slot[]>(slots);
   const bench_plan plan = make_plan(options, {7, 0.2}, {3, 0.05});
 
-  for (int threads : kThreadCounts)
-    for (const auto& c : kContenders) register_throughput(c.name, threads, plan, c.body);
+  register_contenders(kContenders, kThreadCounts, plan);
   const auto results = run_registered("counter");
 
   fmt::print(
@@ -125,10 +119,8 @@ int bench_counter(const bench_options& options) {
       "repetitions (mode: {}, {} CPUs); ratios: the other's time / percpu cpu_id's\n\n",
       plan.repetitions, reg.fallback ? "fallback" : "rseq", machine_topology().allowed_cpus.size());
   std::fflush(stdout);
-  std::vector<table_column> columns;
-  for (const auto& c : kContenders) columns.push_back({c.name, c.label});
-  print_thread_table(results, {std::begin(kThreadCounts), std::end(kThreadCounts)}, columns,
-                     kContenders[0].name, {{"sched_getcpu + atomic", "getcpu+atomic/"}});
+  print_thread_table(results, kThreadCounts, kContenders, kContenders[0].name,
+                     {{"sched_getcpu + atomic", "getcpu+atomic/"}});
   const bench_result* ours1 = find_result(results, kContenders[0].name, 1);
   const bench_result* tl1 = find_result(results, "thread_local + registry", 1);
   if (ours1 && tl1)

@@ -17,7 +17,7 @@
 namespace percpu::cli {
 namespace {
 
-constexpr int kThreadCounts[] = {1, 2, 4, 8, 64, 256};
+const std::vector<int> kThreadCounts = {1, 2, 4, 8, 64, 256};
 constexpr int kMaxThreads = 256;
 // Items each benchmark thread owns at the start; it takes a spare when a pop finds its CPU's
 // list empty (it migrated between its push and its pop).
@@ -112,12 +112,6 @@ void reset_all() {
   g_locked.head = nullptr;
 }
 
-struct contender {
-  const char* name;
-  const char* label;
-  std::uint64_t (*body)(int, const std::atomic<bool>&);
-};
-
 // A push and a pop, each under the lock, as a shared free list does.
 std::uint64_t mutex_list(int thread, const std::atomic<bool>& stop) {
   item* held = first_item_of(thread);
@@ -133,7 +127,7 @@ std::uint64_t mutex_list(int thread, const std::atomic<bool>& stop) {
   });
 }
 
-constexpr contender kContenders[] = {
+const std::vector<contender> kContenders = {
     {"percpu freelist (cpu_id)", "percpu cpu_id", percpu_cpu_id},
     {"percpu freelist (mm_cid)", "percpu mm_cid", percpu_mm_cid},
     {"Treiber stack (tagged CAS)", "Treiber", treiber},
@@ -153,8 +147,7 @@ int bench_list(const bench_options& options) {
   g_percpu_cid = &percpu_cid;
   const bench_plan plan = make_plan(options, {7, 0.2}, {3, 0.05});
 
-  for (int threads : kThreadCounts)
-    for (const auto& c : kContenders) register_throughput(c.name, threads, plan, c.body, reset_all);
+  register_contenders(kContenders, kThreadCounts, plan, reset_all);
   const auto results = run_registered("list");
 
   fmt::print(
@@ -162,10 +155,7 @@ int bench_list(const bench_options& options) {
       "repetitions (mode: {}, {} CPUs); ratios: the other's time / percpu cpu_id's\n\n",
       plan.repetitions, reg.fallback ? "fallback" : "rseq", machine_topology().allowed_cpus.size());
   std::fflush(stdout);
-  std::vector<table_column> columns;
-  for (const auto& c : kContenders) columns.push_back({c.name, c.label});
-  print_thread_table(results, {std::begin(kThreadCounts), std::end(kThreadCounts)}, columns,
-                     kContenders[0].name,
+  print_thread_table(results, kThreadCounts, kContenders, kContenders[0].name,
                      {{"Treiber stack (tagged CAS)", "Treiber/"}, {"list + mutex", "list+mutex/"}});
 
   if (!options.json_out.empty()) {

@@ -141,8 +141,14 @@ const bench_result* find_result(const std::vector<bench_result>& results, const 
   return nullptr;
 }
 
+void register_contenders(const std::vector<contender>& contenders, const std::vector<int>& threads,
+                         const bench_plan& plan, std::function<void()> before_run) {
+  for (int n : threads)
+    for (const auto& c : contenders) register_throughput(c.name, n, plan, c.body, before_run);
+}
+
 void print_thread_table(const std::vector<bench_result>& results, const std::vector<int>& threads,
-                        const std::vector<table_column>& columns, const char* base,
+                        const std::vector<contender>& columns, const char* base,
                         const std::vector<ratio_column>& ratios) {
   std::cout << fmt::format("{:>7}", "threads");
   for (const auto& c : columns) std::cout << fmt::format(" {:>13}", c.label);

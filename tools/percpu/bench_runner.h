@@ -72,11 +72,17 @@ std::uint64_t run_until(const std::atomic<bool>& stop, Op&& op) {
   return done;
 }
 
-/// A column of a thread-count table: the benchmark `name`, headed `label`.
-struct table_column {
+/// One contender of a thread-count suite: its benchmark (and JSON) name, its table column
+/// label, and the loop each of its threads runs.
+struct contender {
   const char* name;
   const char* label;
+  std::uint64_t (*body)(int thread, const std::atomic<bool>& stop);
 };
+
+/// Registers every contender at every thread count with register_throughput().
+void register_contenders(const std::vector<contender>& contenders, const std::vector<int>& threads,
+                         const bench_plan& plan, std::function<void()> before_run = {});
 
 /// A ratio column: median of benchmark `slower` / median of the table's base benchmark.
 struct ratio_column {
@@ -87,7 +93,7 @@ struct ratio_column {
 /// Prints one row per thread count: each column's median ns (marked ~ when noisy), then each
 /// ratio against `base` (a benchmark name). Ends with a note when any result was noisy.
 void print_thread_table(const std::vector<bench_result>& results, const std::vector<int>& threads,
-                        const std::vector<table_column>& columns, const char* base,
+                        const std::vector<contender>& columns, const char* base,
                         const std::vector<ratio_column>& ratios);
 
 /// Checks before a long run that `path` (if not empty) can be written; prints why not.
