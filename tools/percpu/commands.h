@@ -34,4 +34,7 @@ int bench_counter(const bench_options& options);
 /// `percpu bench list`: returns the process exit status.
 int bench_list(const bench_options& options);
 
+/// `percpu bench pool`: returns the process exit status.
+int bench_pool(const bench_options& options);
+
 }  // namespace percpu::cli

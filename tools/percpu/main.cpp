@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   auto* list = bench->add_subcommand(
       "list", "A free list shared by 1-256 threads: percpu vs a Treiber stack and a mutex list");
 
+  auto* pool = bench->add_subcommand(
+      "pool", "Resident memory of per-CPU counters: pool vs padded arrays; allocate+free cost");
+
   auto* stress = app.add_subcommand(
       "stress",
       "Run the per-CPU structures under preemption, migration, signals, fork and remote drains, "
@@ -97,6 +100,7 @@ int main(int argc, char** argv) {
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
+  if (pool->parsed()) return percpu::cli::bench_pool(options);
   if (stress->parsed()) {
     if (sopt.structures.empty()) sopt.structures = all_structures;
     if (sopt.modes.empty()) sopt.modes = {"cpu_id", "mm_cid"};
