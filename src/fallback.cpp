@@ -105,18 +105,8 @@ status fallback_compare_compare_store(std::intptr_t* v, std::intptr_t expect, st
 
 status fallback_pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
                     std::intptr_t* out) noexcept {
-  // Pops serialize on the stripe, so the head cannot be popped and pushed back (ABA) between our
-  // read of its next pointer and the commit; a concurrent push only makes the commit fail.
-  stripe_guard guard(v);
-  for (;;) {
-    const std::intptr_t head = load(v);
-    if (head == expect) return status::compare_failed;
-    const std::intptr_t next = load(reinterpret_cast<const std::intptr_t*>(head + offset));
-    if (commit(v, head, next)) {
-      *out = head;
-      return status::committed;
-    }
-  }
+  std::intptr_t always_open = 0;  // a pop is a compare_pop whose second word always matches
+  return fallback_compare_pop(v, expect, &always_open, 0, offset, out);
 }
 
 status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,

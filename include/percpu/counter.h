@@ -45,8 +45,7 @@ class counter {
   /// The value of one slot (its share of the sum). Throws std::out_of_range for an index
   /// outside the index space.
   T slot(int index) const {
-    return static_cast<T>(__atomic_load_n(&const_cast<slot_array<std::intptr_t>&>(slots_).at(index),
-                                          __ATOMIC_RELAXED));
+    return static_cast<T>(__atomic_load_n(&slots_.at(index), __ATOMIC_RELAXED));
   }
 
   /// Returns the sum and subtracts exactly that from the counter, so an increment that runs

@@ -133,9 +133,7 @@ class freelist {
   /// list (for tests and end-of-run checks); throws std::out_of_range for a bad index.
   std::size_t count_quiescent(int index) const {
     std::size_t n = 0;
-    for (T* p = reinterpret_cast<T*>(const_cast<slot_array<slot>&>(slots_).at(index).head); p;
-         p = p->*Link)
-      ++n;
+    for (T* p = reinterpret_cast<T*>(slots_.at(index).head); p; p = p->*Link) ++n;
     return n;
   }
 

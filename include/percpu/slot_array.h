@@ -15,6 +15,16 @@
 
 namespace percpu {
 
+namespace detail {
+/// Reserves `bytes` of private anonymous memory, zero-filled by the kernel on first touch (so
+/// untouched pages cost no resident memory). Throws std::bad_alloc when mmap fails.
+inline void* map_zeroed(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+}  // namespace detail
+
 /// Number of indices in the index space of mode M (possible CPUs: cpu_id_bound or
 /// mm_cid_bound of machine_topology()).
 template <index_mode M>
@@ -40,8 +50,7 @@ class slot_array {
   explicit slot_array(int count) : count_(count) {
     if (count <= 0) throw std::invalid_argument("percpu::slot_array: count must be positive");
     bytes_ = static_cast<std::size_t>(count) * kStride;
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    void* p = detail::map_zeroed(bytes_);
     base_ = static_cast<char*>(p);
   }
   ~slot_array() { munmap(base_, bytes_); }
@@ -56,9 +65,11 @@ class slot_array {
 
   /// The slot of `index`; throws std::out_of_range outside [0, size()).
   T& at(int index) {
-    if (index < 0 || index >= count_)
-      throw std::out_of_range("percpu::slot_array: index " + std::to_string(index) +
-                              " outside [0, " + std::to_string(count_) + ")");
+    check(index);
+    return (*this)[index];
+  }
+  const T& at(int index) const {
+    check(index);
     return (*this)[index];
   }
 
@@ -66,6 +77,12 @@ class slot_array {
   int size() const noexcept { return count_; }
 
  private:
+  void check(int index) const {
+    if (index < 0 || index >= count_)
+      throw std::out_of_range("percpu::slot_array: index " + std::to_string(index) +
+                              " outside [0, " + std::to_string(count_) + ")");
+  }
+
   int count_;
   std::size_t bytes_;
   char* base_;
@@ -84,8 +101,7 @@ class region_array {
       throw std::invalid_argument("percpu::region_array: count and bytes must be positive");
     stride_ = (bytes + 63) / 64 * 64;
     total_ = static_cast<std::size_t>(count) * stride_;
-    void* p = mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    void* p = detail::map_zeroed(total_);
     base_ = static_cast<char*>(p);
   }
   ~region_array() { munmap(base_, total_); }

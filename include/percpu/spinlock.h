@@ -67,8 +67,7 @@ class spinlock {
 
   /// True when the lock of `index` is held (a snapshot). Throws std::out_of_range.
   bool is_locked(int index) const {
-    return __atomic_load_n(&const_cast<slot_array<std::intptr_t>&>(locks_).at(index),
-                           __ATOMIC_ACQUIRE) != 0;
+    return __atomic_load_n(&locks_.at(index), __ATOMIC_ACQUIRE) != 0;
   }
 
   /// Number of locks (the index space of M).

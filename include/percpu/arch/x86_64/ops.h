@@ -45,6 +45,18 @@ namespace percpu::arch {
   "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
   ".popsection\n\t"
 
+// What every section returns after its asm goto: committed when control falls through, aborted
+// from the abort handler (the kernel already cleared rseq_cs), index_changed from the early exit.
+// Sections with a compare add a `cmpfail:` label after it. Every exit but the abort disarms.
+#define PERCPU_X86_RETURN_STATUSES(off) \
+  clear_rseq_cs(off);                   \
+  return status::committed;             \
+  aborted:                              \
+  return status::aborted;               \
+  moved:                                \
+  clear_rseq_cs(off);                   \
+  return status::index_changed;
+
 #define PERCPU_X86_HEAD_OPERANDS(off, index)              \
   [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
       [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
@@ -61,13 +73,7 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
            : "rax", "memory", "cc"
            : aborted, moved);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
@@ -89,13 +95,7 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
              [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -122,13 +122,7 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
              [v2] "m"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -162,13 +156,7 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
              [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -208,13 +196,7 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
              [v2] "m"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -244,13 +226,7 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
              [v2] "m"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -303,13 +279,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : "rax", "rcx", "rsi", "rdi", "memory", "cc"
            : aborted, moved, cmpfail);
-  clear_rseq_cs(off);
-  return status::committed;
-aborted:
-  return status::aborted;
-moved:
-  clear_rseq_cs(off);
-  return status::index_changed;
+  PERCPU_X86_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
