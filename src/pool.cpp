@@ -1,17 +1,26 @@
-// The per-CPU pool's bookkeeping: chunks of slots x stride bytes, a bump offset, free lists by
-// size, and clearing freed objects without populating pages that were never touched.
-#include "percpu/pool.h"
-
+// The per-CPU pool's slow paths: chunks reserved in groups, carving, the central lists, clearing
+// freed objects without populating slots nobody touched, the debug checks, and the statistics.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "percpu/pool.h"
 
 namespace percpu {
 namespace {
 
 constexpr unsigned char kPoison = 0xA5;
+// A chunk with at most this many pages has its residency read in one call; a larger one is
+// read only over the pages of the objects being cleared, slot by slot.
+constexpr std::size_t kWholeChunkPages = 8192;
 
 std::size_t page_size() {
   static const std::size_t size = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -19,76 +28,414 @@ std::size_t page_size() {
 }
 
 // True when some anonymous page could be swapped out: then a page that is not resident may
-// still hold data, and only writing it clears it.
+// still hold data.
 bool swap_configured() {
   struct sysinfo si {};
   return sysinfo(&si) != 0 || si.totalswap > 0;
 }
 
-// True when all `bytes` at `p` equal `fill`. Reading does not populate a page (a read fault
-// maps the shared zero page), so clearing skips slots that already read as cleared.
+// /proc/self/pagemap, opened once; -1 when unavailable (a restricted /proc).
+int pagemap_fd() {
+  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
+// For each of `pages` pages from `start`, whether it may hold data written since it was mapped:
+// resident or swapped out. A page never touched holds zeros and is left alone, because on
+// kernels without a shared zero page even reading it would populate it.
+// Source of the bits: Documentation/admin-guide/mm/pagemap.rst (bit 63 present, 62 swapped).
+void page_states(const char* start, std::size_t pages, unsigned char* out) {
+  const std::size_t page = page_size();
+  if (const int fd = pagemap_fd(); fd >= 0) {
+    std::uint64_t entries[512];
+    std::size_t done = 0;
+    while (done < pages) {
+      const std::size_t n = std::min<std::size_t>(pages - done, 512);
+      const off_t at =
+          static_cast<off_t>((reinterpret_cast<std::uintptr_t>(start) / page + done) * 8);
+      if (pread(fd, entries, n * 8, at) != static_cast<ssize_t>(n * 8)) break;
+      for (std::size_t i = 0; i < n; ++i) out[done + i] = (entries[i] >> 62) != 0;
+      done += n;
+    }
+    if (done == pages) return;
+  }
+  // Without pagemap: mincore(2) sees resident pages only, so with swap configured every page
+  // must be assumed written.
+  if (swap_configured() || mincore(const_cast<char*>(start), pages * page, out) != 0) {
+    std::memset(out, 1, pages);
+    return;
+  }
+  for (std::size_t i = 0; i < pages; ++i) out[i] &= 1;
+}
+
+// Resident pages of [start, start + bytes) (mincore(2)), in bytes.
+std::size_t resident_bytes_of(const void* start, std::size_t bytes,
+                              std::vector<unsigned char>& scratch) {
+  const std::size_t page = page_size();
+  scratch.resize((bytes + page - 1) / page);
+  if (mincore(const_cast<void*>(start), bytes, scratch.data()) != 0) return 0;
+  std::size_t n = 0;
+  for (unsigned char v : scratch) n += v & 1;
+  return n * page;
+}
+
+// True when all `bytes` (a multiple of 8, at an 8-byte-aligned address) at `p` equal `fill`.
 bool holds_only(const char* p, std::size_t bytes, unsigned char fill) {
-  for (std::size_t i = 0; i < bytes; ++i)
-    if (static_cast<unsigned char>(p[i]) != fill) return false;
+  const std::uint64_t pattern = std::uint64_t{fill} * 0x0101010101010101u;
+  for (std::size_t i = 0; i < bytes; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p + i, 8);
+    if (word != pattern) return false;
+  }
   return true;
+}
+
+// True when any of bits [bit, bit + span] of the written map `map` is set.
+bool any_written(const unsigned char* map, std::size_t bit, std::size_t span) {
+  for (std::size_t b = bit; b <= bit + span; ++b)
+    if ((map[b / 8] >> (b % 8)) & 1) return true;
+  return false;
+}
+
+int index_space_of(index_mode mode) {
+  return mode == index_mode::cpu_id ? index_space<index_mode::cpu_id>()
+                                    : index_space<index_mode::mm_cid>();
+}
+
+std::size_t checked_stride(std::size_t stride) {
+  if (stride == 0 || stride % page_size() != 0)
+    throw std::invalid_argument("percpu::pool: stride " + std::to_string(stride) +
+                                " is not a positive multiple of the page size " +
+                                std::to_string(page_size()));
+  return stride;
+}
+
+int checked_slots(index_mode mode, int slots, std::size_t stride) {
+  const int space = index_space_of(mode);
+  if (slots < space)
+    throw std::invalid_argument("percpu::pool: " + std::to_string(slots) +
+                                " slots is fewer than the index space (" + std::to_string(space) +
+                                ")");
+  if (stride > (std::size_t{1} << 46) / static_cast<std::size_t>(slots))
+    throw std::invalid_argument("percpu::pool: slots x stride exceeds the address space");
+  return slots;
+}
+
+std::string address(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
 }
 
 }  // namespace
 
-pool_base::pool_base(int slots, const pool_options& options)
-    : stride_(options.stride), slots_(slots), debug_(options.debug) {
-  if (stride_ == 0 || stride_ % page_size() != 0)
-    throw std::invalid_argument("percpu::pool: stride " + std::to_string(stride_) +
-                                " is not a positive multiple of the page size " +
-                                std::to_string(page_size()));
-  if (slots_ <= 0)
-    throw std::invalid_argument("percpu::pool: slots must be positive, not " +
-                                std::to_string(slots_));
-  if (stride_ > (std::size_t{1} << 47) / static_cast<std::size_t>(slots_))
-    throw std::invalid_argument("percpu::pool: slots x stride exceeds the address space");
+// Bytes of the written map of `chunks` chunks: a bit per page.
+std::size_t pool_base::written_bytes(std::size_t chunks) const noexcept {
+  return (chunks * (chunk_bytes_ / page_size()) + 7) / 8;
 }
+
+pool_base::pool_base(index_mode mode, int slots, const pool_options& options)
+    : mode_(mode),
+      stride_(checked_stride(options.stride)),
+      slots_(checked_slots(mode, slots, stride_)),
+      debug_(options.debug),
+      chunk_bytes_(static_cast<std::size_t>(slots_) * stride_),
+      page_shift_(static_cast<unsigned>(std::countr_zero(page_size()))),
+      span_shift_(static_cast<unsigned>(std::bit_width(chunk_bytes_ - 1))),
+      units_(stride_ / kGranule),
+      caches_(index_space_of(mode),
+              kCachedClasses * 2 * (1 + kCacheDepth) * sizeof(std::intptr_t)) {}
 
 pool_base::~pool_base() {
-  for (char* c : chunks_) munmap(c, static_cast<std::size_t>(slots_) * stride_);
+  for (int g = 0; g < ngroups_.load(std::memory_order_relaxed); ++g) {
+    munmap(groups_[g].base, groups_[g].chunks << span_shift_);
+    munmap(groups_[g].codes, groups_[g].chunks * units_ + written_bytes(groups_[g].chunks));
+  }
 }
 
-std::size_t pool_base::rounded(std::size_t size) {
-  return (size + 7) / 8 * 8;
+// Reserves the next group: twice the chunks of the last one, fewer if the address space is
+// short. The bookkeeping table is reserved with it; both populate only where touched.
+void pool_base::add_group() {
+  const int g = ngroups_.load(std::memory_order_relaxed);
+  if (g == kMaxGroups) throw std::bad_alloc();
+  std::size_t chunks = std::size_t{1} << std::min<unsigned>(g, 47 - span_shift_);
+  void* base = MAP_FAILED;
+  for (; chunks > 0; chunks /= 2) {
+    base = mmap(nullptr, chunks << span_shift_, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base != MAP_FAILED) break;
+  }
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  // A huge page would populate 2 MiB of slots at the first touch of one of them.
+  madvise(base, chunks << span_shift_, MADV_NOHUGEPAGE);
+  void* codes = mmap(nullptr, chunks * units_ + written_bytes(chunks), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (codes == MAP_FAILED) {
+    munmap(base, chunks << span_shift_);
+    throw std::bad_alloc();
+  }
+  auto* table = static_cast<unsigned char*>(codes);
+  groups_[g] = group{static_cast<char*>(base), chunks, table, table + chunks * units_};
+  ngroups_.store(g + 1, std::memory_order_release);
+  chunk_ = 0;
+  bump_ = 0;
 }
 
-bool pool_base::in_pool(const char* p) const {
-  for (const char* c : chunks_)
-    if (p >= c && p < c + stride_) return true;  // slot 0 of some chunk
-  return false;
+// A never-used object of `bytes` from the current chunk's slot-0 space (its slots read as zero).
+// When it does not fit, the chunk's tail goes to the small classes and carving moves on.
+char* pool_base::carve(std::size_t bytes) {
+  if (ngroups_.load(std::memory_order_relaxed) == 0) add_group();
+  const group* gr = &groups_[ngroups_.load(std::memory_order_relaxed) - 1];
+  if (bump_ + bytes > stride_) {
+    char* chunk = gr->base + (chunk_ << span_shift_);
+    while (stride_ - bump_ >= kGranule) {
+      const std::size_t piece = std::min(stride_ - bump_, kCachedMaxBytes);
+      central_[piece / kGranule - 1].push_back(chunk + bump_);
+      bump_ += piece;
+      ++carved_;
+    }
+    if (++chunk_ == gr->chunks) {
+      add_group();
+      gr = &groups_[ngroups_.load(std::memory_order_relaxed) - 1];
+    } else {
+      bump_ = 0;
+    }
+  }
+  char* p = gr->base + (chunk_ << span_shift_) + bump_;
+  bump_ += bytes;
+  ++carved_;
+  return p;
 }
 
-void* pool_base::allocate_bytes(std::size_t size, const void* init) {
+// A chunk and where its pages' bits are in its group's written map.
+struct pool_base::chunk_ref {
+  const group* gr = nullptr;
+  char* base = nullptr;
+  std::size_t first_bit = 0;  // bit of the chunk's page 0
+};
+
+pool_base::chunk_ref pool_base::chunk_of(const char* p) const noexcept {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const std::size_t chunk_pages = chunk_bytes_ >> page_shift_;
+  for (int g = 0; g < ngroups_.load(std::memory_order_acquire); ++g) {
+    const std::uintptr_t off = addr - reinterpret_cast<std::uintptr_t>(groups_[g].base);
+    if (off >= (groups_[g].chunks << span_shift_)) continue;
+    const std::size_t c = off >> span_shift_;
+    return chunk_ref{&groups_[g], groups_[g].base + (c << span_shift_), c * chunk_pages};
+  }
+  return chunk_ref{};
+}
+
+// Makes sure the written map knows, for pages [lo, hi] of slot 0 and the same pages of every
+// other slot, whether they may hold data; returns true when it asked the kernel. A page once
+// written stays so (the pool never discards pages), so only pages not yet marked are asked about,
+// and the kernel is asked only when some are: one query for a small chunk, one per slot range for a
+// large one.
+bool pool_base::learn_written(const chunk_ref& c, std::size_t lo, std::size_t hi) {
+  const std::size_t page = page_size();
+  const std::size_t chunk_pages = chunk_bytes_ / page;
+  const std::size_t slot_pages = stride_ / page;
+  auto known = [&](std::size_t pg) {
+    const std::size_t bit = c.first_bit + pg;
+    return (c.gr->written[bit / 8] >> (bit % 8)) & 1;
+  };
+  auto learn = [&](std::size_t first, std::size_t pages) {
+    states_.resize(pages);
+    page_states(c.base + first * page, pages, states_.data());
+    for (std::size_t i = 0; i < pages; ++i) {
+      const std::size_t bit = c.first_bit + first + i;
+      if (states_[i]) c.gr->written[bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+    }
+  };
+  bool unknown = false;
+  for (int s = 0; s < slots_ && !unknown; ++s)
+    for (std::size_t pg = lo; pg <= hi && !unknown; ++pg)
+      unknown = !known(pg + static_cast<std::size_t>(s) * slot_pages);
+  if (!unknown) return false;
+  if (chunk_pages <= kWholeChunkPages) {
+    learn(0, chunk_pages);
+  } else {
+    for (int s = 0; s < slots_; ++s)
+      learn(lo + static_cast<std::size_t>(s) * slot_pages, hi - lo + 1);
+  }
+  return true;
+}
+
+// Fills every slot of each object (all of `bytes`, all in this pool) that may hold data with
+// `fill`, writing only where the bytes differ; slots on pages never touched are left alone,
+// so they stay unpopulated. The kernel is asked at most once per small chunk per batch; objects
+// of large chunks are sorted and asked about per run of objects in one chunk.
+void pool_base::clear_batch(std::vector<char*>& objects, std::size_t bytes, unsigned char fill) {
+  const std::size_t slot_pages = stride_ >> page_shift_;
+  auto clear = [&](const chunk_ref& c, char* object) {
+    const auto rel = static_cast<std::size_t>(object - c.base);
+    const std::size_t first = c.first_bit + (rel >> page_shift_);
+    const std::size_t span = ((rel + bytes - 1) >> page_shift_) - (rel >> page_shift_);
+    for (int s = 0; s < slots_; ++s) {
+      char* slot = object + static_cast<std::size_t>(s) * stride_;
+      if (any_written(c.gr->written, first + static_cast<std::size_t>(s) * slot_pages, span) &&
+          !holds_only(slot, bytes, fill))
+        std::memset(slot, fill, bytes);
+    }
+  };
+  auto page_of = [&](const chunk_ref& c, const char* p) {
+    return static_cast<std::size_t>(p - c.base) >> page_shift_;
+  };
+  if ((chunk_bytes_ >> page_shift_) <= kWholeChunkPages) {
+    chunk_ref last;            // objects come mostly in runs from one chunk
+    std::vector<char*> asked;  // chunks asked about in this batch: the rest of theirs is untouched
+    for (char* object : objects) {
+      const std::uintptr_t off =
+          reinterpret_cast<std::uintptr_t>(object) - reinterpret_cast<std::uintptr_t>(last.base);
+      if (last.gr == nullptr || off >= chunk_bytes_) last = chunk_of(object);
+      // Once the kernel was asked about a chunk, pages it did not report as written are not:
+      // this batch's objects were freed before it began, so none is written any more.
+      if (std::find(asked.begin(), asked.end(), last.base) == asked.end() &&
+          learn_written(last, page_of(last, object), page_of(last, object + bytes - 1)))
+        asked.push_back(last.base);
+      clear(last, object);
+    }
+    return;
+  }
+  std::sort(objects.begin(), objects.end());
+  for (std::size_t i = 0; i < objects.size();) {
+    const chunk_ref c = chunk_of(objects[i]);
+    std::size_t j = i;
+    while (j < objects.size() && chunk_of(objects[j]).base == c.base) ++j;
+    learn_written(c, page_of(c, objects[i]), page_of(c, objects[j - 1] + bytes - 1));
+    for (std::size_t k = i; k < j; ++k) clear(c, objects[k]);
+    i = j;
+  }
+}
+
+// Debug mode: a freed object holds, in each slot that may hold data, all zeros (it was zero
+// when freed) or all poison. Anything else was written after the free: the object is withdrawn
+// and the allocation fails with the fault named.
+void pool_base::check_poison(char* p, std::size_t bytes) {
+  const chunk_ref c = chunk_of(p);
+  const std::size_t page = page_size();
+  learn_written(c, static_cast<std::size_t>(p - c.base) / page,
+                static_cast<std::size_t>(p + bytes - 1 - c.base) / page);
+  const auto rel = static_cast<std::size_t>(p - c.base);
+  const std::size_t first = c.first_bit + (rel >> page_shift_);
+  const std::size_t span = ((rel + bytes - 1) >> page_shift_) - (rel >> page_shift_);
+  for (int s = 0; s < slots_; ++s) {
+    const char* slot = p + static_cast<std::size_t>(s) * stride_;
+    if (!any_written(c.gr->written, first + static_cast<std::size_t>(s) * (stride_ >> page_shift_),
+                     span) ||
+        holds_only(slot, bytes, 0) || holds_only(slot, bytes, kPoison))
+      continue;
+    *code_of(p) = kQuarantinedCode;
+    ++quarantined_;
+    throw std::logic_error("percpu::pool: the free object at " + address(p) +
+                           " was written after it was freed (slot " + std::to_string(s) +
+                           "); it is withdrawn from use");
+  }
+}
+
+std::size_t pool_base::cache_pop_many(std::size_t cls, int which, char** out,
+                                      std::size_t want) noexcept {
+  auto words = [&](int index) { return cache_words(index, cls, which); };
+  auto* values = reinterpret_cast<std::intptr_t*>(out);
+  return mode_ == index_mode::cpu_id
+             ? detail::stack_pop_many<index_mode::cpu_id>(words, values, want)
+             : detail::stack_pop_many<index_mode::mm_cid>(words, values, want);
+}
+
+std::size_t pool_base::cache_push_many(std::size_t cls, int which, char* const* p,
+                                       std::size_t n) noexcept {
+  auto words = [&](int index) { return cache_words(index, cls, which); };
+  const auto* values = reinterpret_cast<const std::intptr_t*>(p);
+  return mode_ == index_mode::cpu_id
+             ? detail::stack_push_many<index_mode::cpu_id>(words, kCacheDepth, values, n)
+             : detail::stack_push_many<index_mode::mm_cid>(words, kCacheDepth, values, n);
+}
+
+// Moves the calling thread's dirty stack of `cls` (whichever index it runs on now) to the
+// central dirty list: no clearing yet.
+void pool_base::collect_dirty(std::size_t cls) {
+  std::vector<char*>& dirty = dirty_[cls];
+  const std::size_t had = dirty.size();
+  dirty.resize(had + kCacheDepth);
+  dirty.resize(had + cache_pop_many(cls, kDirty, dirty.data() + had, kCacheDepth));
+}
+
+// Freed objects of `bytes` are cleared once this many wait, so that the kernel is asked about
+// residency once per many objects (a system call costs about 1.5 us on our VMs); until then
+// fresh objects are carved, unless that would start a new chunk. At most 16 KiB of slot-0 space
+// per class waits.
+std::size_t pool_base::reclaim_threshold(std::size_t bytes) {
+  return std::max<std::size_t>(kCacheDepth + 1, (16 * 1024) / bytes);
+}
+
+char* pool_base::take_small(std::size_t cls) {
+  const std::size_t bytes = (cls + 1) * kGranule;
+  std::vector<char*>& central = central_[cls];
+  if (!debug_ && central.empty()) {
+    collect_dirty(cls);
+    std::vector<char*>& dirty = dirty_[cls];
+    // Reuse before growing: also when carving would start a new chunk.
+    if (dirty.size() >= reclaim_threshold(bytes) ||
+        (!dirty.empty() && (ngroups_.load(std::memory_order_relaxed) == 0 ||
+                            bump_ + bytes * (kCacheDepth + 1) > stride_))) {
+      clear_batch(dirty, bytes, 0);
+      central.swap(dirty);
+    }
+  }
+  if (central.empty()) {
+    // Carve a batch so that the next allocations come from the clean stack.
+    for (std::size_t n = debug_ ? 1 : kCacheDepth + 1; n > 0; --n) {
+      char* fresh = carve(bytes);
+      central.push_back(fresh);
+    }
+  }
+  char* p = central.back();
+  central.pop_back();
+  if (debug_) {
+    check_poison(p, bytes);
+    batch_.assign(1, p);
+    clear_batch(batch_, bytes, 0);
+    return p;
+  }
+  // Refill the clean stack from the top of the central list, so the next allocations on this
+  // index need no lock.
+  const std::size_t n = std::min(central.size(), kCacheDepth);
+  const auto from = central.end() - static_cast<std::ptrdiff_t>(n);
+  const std::size_t pushed = cache_push_many(cls, kClean, &*from, n);
+  central.erase(from, from + static_cast<std::ptrdiff_t>(pushed));
+  return p;
+}
+
+char* pool_base::take_large(std::size_t bytes) {
+  std::vector<char*>& reuse = central_large_[bytes];
+  if (reuse.empty()) return carve(bytes);
+  char* p = reuse.back();
+  reuse.pop_back();
+  if (debug_) {
+    check_poison(p, bytes);
+    batch_.assign(1, p);
+    clear_batch(batch_, bytes, 0);
+  }
+  return p;
+}
+
+void* pool_base::allocate_slow(std::size_t size, const void* init) {
   if (size == 0 || size > stride_)
     throw std::invalid_argument("percpu::pool: allocation size " + std::to_string(size) +
                                 " outside [1, stride " + std::to_string(stride_) + "]");
-  const std::size_t bytes = rounded(size);
   char* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& reuse = free_[bytes];
-    if (!reuse.empty()) {
-      p = reuse.back();
-      reuse.pop_back();
-      // Debug frees poisoned the object: make it read as zero again (free_bytes() zeroes
-      // otherwise).
-      if (debug_) clear_slots(p, bytes, 0);
+    if (size <= kCachedMaxBytes) {
+      const std::size_t cls = (size - 1) / kGranule;
+      p = take_small(cls);
+      __atomic_store_n(code_of(p), code_for(cls), __ATOMIC_RELAXED);
     } else {
-      if (chunks_.empty() || bump_ + bytes > stride_) {
-        void* c = mmap(nullptr, static_cast<std::size_t>(slots_) * stride_, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (c == MAP_FAILED) throw std::bad_alloc();
-        chunks_.push_back(static_cast<char*>(c));
-        bump_ = 0;
-      }
-      p = chunks_.back() + bump_;  // never used: zero-filled by the kernel on first touch
-      bump_ += bytes;
+      const std::size_t bytes = (size + kGranule - 1) / kGranule * kGranule;
+      p = take_large(bytes);
+      live_large_[p] = bytes;
+      __atomic_store_n(code_of(p), kLargeCode, __ATOMIC_RELAXED);
     }
-    live_[p] = bytes;
   }
   if (init != nullptr)
     for (int i = 0; i < slots_; ++i)
@@ -96,64 +443,89 @@ void* pool_base::allocate_bytes(std::size_t size, const void* init) {
   return p;
 }
 
-void pool_base::free_bytes(void* ptr, std::size_t size) {
-  char* p = static_cast<char*>(ptr);
+// The fast path found the dirty stack full: it and `p` move to the central dirty list.
+void pool_base::flush_dirty(std::size_t cls, char* p) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (p == nullptr || !in_pool(p))
-    throw std::invalid_argument("percpu::pool: free: pointer is not an object of this pool");
-  // Every live object is recorded, so a double free, an interior pointer or a wrong size is
-  // refused before anything is written (a wrong size would clear a neighbour).
-  const auto it = live_.find(p);
-  if (it == live_.end())
-    throw std::logic_error(
-        "percpu::pool: free: not a live object (double free, or not the start of an object)");
-  if (size == 0 || rounded(size) != it->second)
-    throw std::logic_error("percpu::pool: free: size " + std::to_string(size) +
-                           " differs from the allocation's " + std::to_string(it->second));
-  const std::size_t bytes = it->second;
-  live_.erase(it);
-  // Clear now, so that allocate_bytes() can hand the object out without a system call.
-  clear_slots(p, bytes, debug_ ? kPoison : 0);
-  free_[bytes].push_back(p);
+  collect_dirty(cls);
+  dirty_[cls].push_back(p);
 }
 
-// Fills the object's bytes in every slot whose page is resident. A page that was never touched
-// reads as zero and stays unpopulated; a page that is not resident because it was swapped out
-// still holds data, so with swap configured every slot is written.
-void pool_base::clear_slots(char* p, std::size_t bytes, unsigned char fill) {
-  const bool all = swap_configured();
-  const auto chunk = std::find_if(chunks_.begin(), chunks_.end(),
-                                  [&](char* c) { return p >= c && p < c + stride_; });
-  std::vector<unsigned char> resident;
-  if (!all && chunk != chunks_.end()) {
-    resident.resize(static_cast<std::size_t>(slots_) * stride_ / page_size());
-    if (mincore(*chunk, static_cast<std::size_t>(slots_) * stride_, resident.data()) != 0)
-      resident.assign(resident.size(), 1);  // cannot tell: write everything
+void pool_base::free_slow(void* ptr, std::size_t size) {
+  char* p = static_cast<char*>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  unsigned char* code = code_of(p);
+  if (code == nullptr)
+    throw std::invalid_argument("percpu::pool: free: " + address(p) +
+                                " is not an object of this pool");
+  if (size == 0 || size > stride_) report_bad_free(p, size, code);
+  if (size <= kCachedMaxBytes) {
+    const std::size_t cls = (size - 1) / kGranule;
+    unsigned char expected = code_for(cls);
+    if (!__atomic_compare_exchange_n(code, &expected, kFreeCode, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+      report_bad_free(p, size, code);
+    batch_.assign(1, p);
+    clear_batch(batch_, (cls + 1) * kGranule, debug_ ? kPoison : 0);
+    central_[cls].push_back(p);
+    return;
   }
-  for (int i = 0; i < slots_; ++i) {
-    char* slot = p + static_cast<std::size_t>(i) * stride_;
-    if (!all && chunk != chunks_.end()) {
-      const std::size_t first = static_cast<std::size_t>(slot - *chunk) / page_size();
-      const std::size_t last = static_cast<std::size_t>(slot + bytes - 1 - *chunk) / page_size();
-      bool touched = false;
-      for (std::size_t pg = first; pg <= last; ++pg) touched = touched || (resident[pg] & 1);
-      if (!touched) continue;
-    }
-    if (!holds_only(slot, bytes, fill)) std::memset(slot, fill, bytes);
+  const std::size_t bytes = (size + kGranule - 1) / kGranule * kGranule;
+  const auto it = live_large_.find(p);
+  if (*code != kLargeCode || it == live_large_.end() || it->second != bytes)
+    report_bad_free(p, size, code);
+  live_large_.erase(it);
+  __atomic_store_n(code, kFreeCode, __ATOMIC_RELAXED);
+  batch_.assign(1, p);
+  clear_batch(batch_, bytes, debug_ ? kPoison : 0);
+  central_large_[bytes].push_back(p);
+}
+
+void pool_base::report_bad_free(const char* p, std::size_t size, const unsigned char* code) {
+  const unsigned char c = __atomic_load_n(code, __ATOMIC_RELAXED);
+  std::size_t allocated = 0;
+  if (c == kLargeCode) {
+    const auto it = live_large_.find(p);
+    allocated = it == live_large_.end() ? 0 : it->second;
+  } else if (c != kFreeCode && c != kQuarantinedCode) {
+    allocated = c * kGranule;
   }
+  if (c == kQuarantinedCode)
+    throw std::logic_error("percpu::pool: free: " + address(p) +
+                           " was withdrawn after a write after free; it is not live");
+  if (allocated == 0)
+    throw std::logic_error("percpu::pool: free: " + address(p) +
+                           " is not a live object (double free, or not the start of an object)");
+  throw std::logic_error("percpu::pool: free: size " + std::to_string(size) + " of " + address(p) +
+                         " differs from the allocation's " + std::to_string(allocated));
 }
 
 pool_stats pool_base::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   pool_stats s;
-  const std::size_t chunk_bytes = static_cast<std::size_t>(slots_) * stride_;
-  s.reserved_bytes = chunks_.size() * chunk_bytes;
-  std::vector<unsigned char> pages(chunk_bytes / page_size());
-  for (char* c : chunks_) {
-    if (mincore(c, chunk_bytes, pages.data()) != 0) continue;
-    for (unsigned char v : pages) s.resident_bytes += (v & 1) ? page_size() : 0;
+  std::vector<unsigned char> scratch;
+  const int n = ngroups_.load(std::memory_order_relaxed);
+  const std::size_t page = page_size();
+  for (int g = 0; g < n; ++g) {
+    const group& gr = groups_[g];
+    s.reserved_bytes += gr.chunks << span_shift_;
+    const std::size_t used = g + 1 < n ? gr.chunks : chunk_ + 1;
+    for (std::size_t c = 0; c < used; ++c)
+      s.resident_bytes += resident_bytes_of(gr.base + (c << span_shift_), chunk_bytes_, scratch);
+    // Count live objects in the table pages that exist (reading the others would populate
+    // them; they hold no live codes).
+    s.metadata_bytes +=
+        resident_bytes_of(gr.codes, gr.chunks * units_ + written_bytes(gr.chunks), scratch);
+    for (std::size_t pg = 0; pg < scratch.size(); ++pg) {
+      if ((scratch[pg] & 1) == 0) continue;
+      const std::size_t end = std::min((pg + 1) * page, gr.chunks * units_);
+      for (std::size_t k = pg * page; k < end; ++k) {
+        const unsigned char c = gr.codes[k];
+        s.live_objects += c != kFreeCode && c != kQuarantinedCode;
+      }
+    }
   }
-  s.live_objects = live_.size();
+  s.metadata_bytes += resident_bytes_of(caches_.data(), caches_.bytes(), scratch);
+  s.free_objects = carved_ - s.live_objects - quarantined_;
   return s;
 }
 

@@ -16,6 +16,111 @@
 
 namespace percpu {
 
+namespace detail {
+
+/// Pushes `value` onto the per-index stack whose words are at `words(index)` (word 0 the count,
+/// words 1..capacity the entries) for the calling thread's current index, in one critical
+/// section: the entry above the count is stored first (nobody reads it yet), then the count,
+/// which commits. Returns false, storing nothing, when that stack is full; waits while a remote
+/// drain has the count closed. Async-signal-safe.
+template <index_mode M, class Words>
+bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexcept {
+  for (;;) {
+    bool full = false, closed = false;
+    const status s = retry<M>([&](int index) {
+      std::intptr_t* r = words(index);
+      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+      closed = (n & kCountClosed) != 0;
+      full = n == static_cast<std::intptr_t>(capacity);
+      if (closed || full) return status::compare_failed;
+      return compare_store_store<M, commit_order::release>(&r[0], n, &r[1 + n], value, n + 1,
+                                                           index);
+    });
+    if (s == status::committed) return true;
+    if (full) return false;
+    if (closed) wait_for_remote();
+  }
+}
+
+/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`.
+/// Returns false when it is empty. The entry is compared as well as the count: a pop and a
+/// push of another value in between would leave the count as it was. Async-signal-safe.
+template <index_mode M, class Words>
+bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
+  for (;;) {
+    bool empty = false, closed = false;
+    std::intptr_t v = 0;
+    const status s = retry<M>([&](int index) {
+      std::intptr_t* r = words(index);
+      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+      closed = (n & kCountClosed) != 0;
+      empty = n == 0;
+      if (closed || empty) return status::compare_failed;
+      v = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
+      return compare_compare_store<M>(&r[0], n, &r[n], v, n - 1, index);
+    });
+    if (s == status::committed) {
+      out = v;
+      return true;
+    }
+    if (empty) return false;
+    if (closed) wait_for_remote();
+  }
+}
+
+/// Pops up to `want` entries of the calling thread's stack (layout as stack_push) into `out`,
+/// top first, in one critical section that copies them and commits the lowered count. Returns
+/// how many it popped (0 when empty). Async-signal-safe.
+template <index_mode M, class Words>
+std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) noexcept {
+  for (;;) {
+    bool closed = false;
+    std::size_t k = 0;
+    const status s = retry<M>([&](int index) {
+      std::intptr_t* r = words(index);
+      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+      closed = (n & kCountClosed) != 0;
+      k = std::min(static_cast<std::size_t>(n & ~kCountClosed), want);
+      if (closed || k == 0) return status::compare_failed;
+      // The copy runs inside the section: a preemption, migration or signal aborts it, so the
+      // entries copied are the ones the committed count gives up.
+      return compare_memcpy_store<M>(&r[0], n, out, &r[n - static_cast<std::intptr_t>(k) + 1],
+                                     k * sizeof(std::intptr_t), n - static_cast<std::intptr_t>(k),
+                                     index);
+    });
+    if (s == status::committed) return k;
+    if (!closed) return 0;
+    wait_for_remote();
+  }
+}
+
+/// Pushes as many of the `count` entries at `values` as fit onto the calling thread's stack, in
+/// one critical section (entries above the count first, then the count). Returns how many it
+/// pushed (values[0, result)). Async-signal-safe.
+template <index_mode M, class Words>
+std::size_t stack_push_many(Words&& words, std::size_t capacity, const std::intptr_t* values,
+                            std::size_t count) noexcept {
+  for (;;) {
+    bool closed = false;
+    std::size_t k = 0;
+    const status s = retry<M>([&](int index) {
+      std::intptr_t* r = words(index);
+      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+      closed = (n & kCountClosed) != 0;
+      k = closed ? 0 : std::min(capacity - static_cast<std::size_t>(n), count);
+      if (k == 0) return status::compare_failed;
+      return compare_memcpy_store<M, commit_order::release>(
+          &r[0], n, &r[n + 1], values, k * sizeof(std::intptr_t), n + static_cast<std::intptr_t>(k),
+          index);
+    });
+    if (s == status::committed) return k;
+    if (!closed) return 0;
+    wait_for_remote();
+  }
+}
+
+}  // namespace detail
+
 /// Per-CPU (or per-mm_cid, M) bounded LIFO of non-null pointers P (for example `item*`), with
 /// `capacity` entries per index. Each index's count and entries share one region starting on its
 /// own cache line; regions are sized by the index space of M.
@@ -59,50 +164,19 @@ class buffer {
       if (!detail::checked_insert(p))
         throw std::logic_error("percpu::buffer::push: pointer is already stored (double push)");
     }
-    for (;;) {
-      bool full = false, closed = false;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* r = words(index);
-        const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        full = n == static_cast<std::intptr_t>(capacity_);
-        if (closed || full) return status::compare_failed;
-        // Entry n is above the count, so nobody reads it until the count store publishes it.
-        return compare_store_store<M, commit_order::release>(
-            &r[0], n, &r[1 + n], reinterpret_cast<std::intptr_t>(p), n + 1, index);
-      });
-      if (s == status::committed) return true;
-      if (full) {
-        if constexpr (Checked) detail::checked_erase(p);
-        return false;
-      }
-      if (closed) detail::wait_for_remote();
-    }
+    if (detail::stack_push<M>([&](int index) { return words(index); }, capacity_,
+                              reinterpret_cast<std::intptr_t>(p)))
+      return true;
+    if constexpr (Checked) detail::checked_erase(p);
+    return false;
   }
 
   /// Pops the most recently pushed pointer of the calling thread's buffer; nullptr when empty.
   P pop() noexcept {
-    for (;;) {
-      bool empty = false, closed = false;
-      std::intptr_t p = 0;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* r = words(index);
-        const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        empty = n == 0;
-        if (closed || empty) return status::compare_failed;
-        p = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
-        // Compare the entry as well as the count: a pop and a push of another pointer in
-        // between would leave the count as it was.
-        return compare_compare_store<M>(&r[0], n, &r[n], p, n - 1, index);
-      });
-      if (s == status::committed) {
-        if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
-        return reinterpret_cast<P>(p);
-      }
-      if (empty) return nullptr;
-      if (closed) detail::wait_for_remote();
-    }
+    std::intptr_t p = 0;
+    if (!detail::stack_pop<M>([&](int index) { return words(index); }, p)) return nullptr;
+    if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
+    return reinterpret_cast<P>(p);
   }
 
   /// Empties the buffer of `index` (any index), also while threads use it, and returns its

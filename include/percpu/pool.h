@@ -1,97 +1,19 @@
-// A per-CPU memory pool: objects with one slot per index (possible CPU or mm_cid value), laid
-// out at base + index * stride, in address space reserved with mmap and populated only where
-// touched, so a slot that no thread uses costs no resident memory.
+// A per-CPU memory pool, typed: pool<M> hands out percpu_ptr<T, M> handles to objects with one
+// slot per index (possible CPU or mm_cid value) at base + index * stride. The layout, the
+// per-CPU caches and the checks are pool_base's (pool_base.h).
 #pragma once
 
 #include <cstddef>
-#include <cstring>
 #include <iterator>
-#include <mutex>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
-#include <vector>
 
-#include "percpu/checked.h"
-#include "percpu/config.h"
 #include "percpu/cpu.h"
+#include "percpu/pool_base.h"
 #include "percpu/slot_array.h"
 
 namespace percpu {
-
-/// How a pool lays out its memory.
-struct pool_options {
-  /// Bytes between an object's consecutive slots, and so the bytes of objects one chunk holds
-  /// for each index. A multiple of the page size (4096 on x86-64); objects are at most this big.
-  std::size_t stride = 64 * 1024;
-  /// Number of slots; 0 means the index space of the pool's mode. Set it to model a larger
-  /// machine (256 possible CPUs, say): slots no thread uses cost address space, not memory.
-  /// Never fewer than the index space (every index must have a slot).
-  int slots = 0;
-  /// Poison freed objects (0xA5 in every resident slot until reuse) so that a use after free
-  /// shows; checked builds by default (PERCPU_CHECKED). Bad frees are reported either way.
-  bool debug = kCheckedDefault;
-};
-
-/// What a pool holds.
-struct pool_stats {
-  std::size_t reserved_bytes = 0;  ///< address space reserved (chunks x slots x stride)
-  std::size_t resident_bytes = 0;  ///< of which resident now (mincore(2), in whole pages)
-  std::size_t live_objects = 0;    ///< allocated and not yet freed
-};
-
-/// The untyped pool: see pool<M> for the typed interface. Thread-safe (one mutex; allocation
-/// is not on a hot path, use of the slots is).
-class PERCPU_API pool_base {
- public:
-  /// Throws std::invalid_argument for a stride that is not a positive multiple of the page size,
-  /// or a slot count below 1.
-  pool_base(int slots, const pool_options& options);
-  ~pool_base();
-  pool_base(const pool_base&) = delete;
-  pool_base& operator=(const pool_base&) = delete;
-
-  /// Allocates an object of `size` bytes (rounded up to 8; alignment 8) and returns the address
-  /// of its slot 0. Every slot reads as zero, or as the `size` bytes at `init` when given
-  /// (copying an init value touches the object's page in every slot).
-  /// Throws std::invalid_argument for size 0 or above the stride, std::bad_alloc without
-  /// address space.
-  void* allocate_bytes(std::size_t size, const void* init = nullptr);
-
-  /// Returns the object whose slot 0 is `p` (allocated with `size`) to the pool; its memory is
-  /// reused by later allocations. Throws std::invalid_argument for a pointer that is not in
-  /// this pool, and std::logic_error for a double free, a pointer that is not the start of a
-  /// live object, or a size that differs from the allocation's; nothing changes then.
-  ///
-  /// Clearing writes only slots whose page is resident, so untouched slots stay unpopulated;
-  /// on a machine with swap configured it writes every slot (a swapped-out page still holds
-  /// data), which populates them.
-  void free_bytes(void* p, std::size_t size);
-
-  /// Reserved and resident bytes and live objects.
-  pool_stats stats() const;
-
-  /// Bytes between consecutive slots of an object.
-  std::size_t stride() const noexcept { return stride_; }
-  /// Number of slots of every object.
-  int slots() const noexcept { return slots_; }
-
- private:
-  static std::size_t rounded(std::size_t size);
-  bool in_pool(const char* p) const;
-  void clear_slots(char* p, std::size_t size, unsigned char fill);
-
-  const std::size_t stride_;
-  const int slots_;
-  const bool debug_;
-  mutable std::mutex mutex_;
-  std::vector<char*> chunks_;  // each slots_ * stride_ bytes
-  std::size_t bump_ = 0;       // next free offset in the newest chunk
-  std::unordered_map<std::size_t, std::vector<char*>> free_;  // by rounded size
-  std::unordered_map<const char*, std::size_t> live_;         // live object -> rounded size
-};
 
 /// A typed handle to an object of a pool<M>: slot `index` of the object is at
 /// base + index * stride. Copyable like a raw pointer; it owns nothing (free it through the pool).
@@ -183,7 +105,8 @@ class pool : public pool_base {
  public:
   /// A pool with `options` (slots default to the index space of M). Throws
   /// std::invalid_argument for fewer slots than the index space, or a bad stride.
-  explicit pool(const pool_options& options = {}) : pool_base(slot_count(options), options) {}
+  explicit pool(const pool_options& options = {})
+      : pool_base(M, options.slots == 0 ? index_space<M>() : options.slots, options) {}
 
   /// A zeroed T in every slot. Throws as pool_base::allocate_bytes.
   template <class T>
@@ -209,17 +132,6 @@ class pool : public pool_base {
     if (!p) return;
     free_bytes(p.base_, sizeof(T));
     p = percpu_ptr<T, M>();
-  }
-
- private:
-  static int slot_count(const pool_options& options) {
-    const int space = index_space<M>();
-    if (options.slots == 0) return space;
-    if (options.slots < space)
-      throw std::invalid_argument("percpu::pool: " + std::to_string(options.slots) +
-                                  " slots is fewer than the index space (" + std::to_string(space) +
-                                  ")");
-    return options.slots;
   }
 };
 

@@ -122,6 +122,10 @@ class region_array {
   /// Number of regions.
   int size() const noexcept { return count_; }
 
+  /// Start and length in bytes of the whole mapping (for residency statistics).
+  const char* data() const noexcept { return base_; }
+  std::size_t bytes() const noexcept { return total_; }
+
  private:
   int count_;
   std::size_t stride_;
