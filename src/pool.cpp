@@ -5,10 +5,14 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -127,7 +131,24 @@ std::string address(const void* p) {
   return text;
 }
 
+// Every live pool, for the fork handlers.
+std::mutex g_pools_mutex;
+std::set<pool_base*>& live_pools() {
+  static auto* pools = new std::set<pool_base*>;  // never destroyed: pools may outlive statics
+  return *pools;
+}
+
 }  // namespace
+
+void pool_base::lock_all_for_fork() noexcept {
+  g_pools_mutex.lock();
+  for (pool_base* p : live_pools()) p->mutex_.lock();
+}
+
+void pool_base::unlock_all_after_fork() noexcept {
+  for (pool_base* p : live_pools()) p->mutex_.unlock();
+  g_pools_mutex.unlock();
+}
 
 // Bytes of the written map of `chunks` chunks: a bit per page.
 std::size_t pool_base::written_bytes(std::size_t chunks) const noexcept {
@@ -144,9 +165,20 @@ pool_base::pool_base(index_mode mode, int slots, const pool_options& options)
       span_shift_(static_cast<unsigned>(std::bit_width(chunk_bytes_ - 1))),
       units_(stride_ / kGranule),
       caches_(index_space_of(mode),
-              kCachedClasses * 2 * (1 + kCacheDepth) * sizeof(std::intptr_t)) {}
+              kCachedClasses * 2 * (1 + kCacheDepth) * sizeof(std::intptr_t)) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork(lock_all_for_fork, unlock_all_after_fork, unlock_all_after_fork);
+  });
+  std::lock_guard<std::mutex> lock(g_pools_mutex);
+  live_pools().insert(this);
+}
 
 pool_base::~pool_base() {
+  {
+    std::lock_guard<std::mutex> lock(g_pools_mutex);
+    live_pools().erase(this);
+  }
   for (int g = 0; g < ngroups_.load(std::memory_order_relaxed); ++g) {
     munmap(groups_[g].base, groups_[g].chunks << span_shift_);
     munmap(groups_[g].codes, groups_[g].chunks * units_ + written_bytes(groups_[g].chunks));
@@ -497,6 +529,54 @@ void pool_base::report_bad_free(const char* p, std::size_t size, const unsigned 
                            " is not a live object (double free, or not the start of an object)");
   throw std::logic_error("percpu::pool: free: size " + std::to_string(size) + " of " + address(p) +
                          " differs from the allocation's " + std::to_string(allocated));
+}
+
+std::size_t pool_base::drain_caches(int index) {
+  const char* region = caches_.at(index);
+  // Pages of this index's caches that were never touched hold empty stacks; reading them would
+  // populate them.
+  const std::size_t page = std::size_t{1} << page_shift_;
+  const std::size_t stack_bytes = (1 + kCacheDepth) * sizeof(std::intptr_t);
+  const auto start = reinterpret_cast<std::uintptr_t>(region) / page * page;
+  const std::size_t span =
+      reinterpret_cast<std::uintptr_t>(region) + kCachedClasses * 2 * stack_bytes - start;
+  std::vector<unsigned char> resident((span + page - 1) / page);
+  if (mincore(reinterpret_cast<void*>(start), span, resident.data()) != 0)
+    resident.assign(resident.size(), 1);
+  std::vector<char*> found[kCachedClasses][2];
+  std::size_t moved = 0;
+  std::exception_ptr failed;  // a fence failed: what was taken so far still goes central
+  try {
+    detail::remote_section remote;
+    for (std::size_t cls = 0; cls < kCachedClasses; ++cls) {
+      for (int which : {kClean, kDirty}) {
+        std::intptr_t* w = cache_words(index, cls, which);
+        if ((resident[(reinterpret_cast<std::uintptr_t>(w) - start) / page] & 1) == 0) continue;
+        if ((__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) & ~detail::kCountClosed) == 0) continue;
+        found[cls][which].reserve(kCacheDepth);  // before closing: others wait while it is
+        const std::intptr_t n = mode_ == index_mode::cpu_id
+                                    ? detail::close_count<index_mode::cpu_id>(&w[0], index)
+                                    : detail::close_count<index_mode::mm_cid>(&w[0], index);
+        for (std::intptr_t k = 1; k <= n; ++k)
+          found[cls][which].push_back(reinterpret_cast<char*>(w[k]));
+        __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);  // reopens, empty
+        moved += static_cast<std::size_t>(n);
+      }
+    }
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  {
+    // The mutex only after the remote section: fork() takes them in the other order.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t cls = 0; cls < kCachedClasses; ++cls) {
+      central_[cls].insert(central_[cls].end(), found[cls][kClean].begin(),
+                           found[cls][kClean].end());
+      dirty_[cls].insert(dirty_[cls].end(), found[cls][kDirty].begin(), found[cls][kDirty].end());
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  return moved;
 }
 
 pool_stats pool_base::stats() const {

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <percpu/ops.h>
 #include <percpu/pool.h>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <iterator>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -197,6 +200,216 @@ TEST(PoolMemory, UntouchedSlotsCostNoResidentMemory) {
   EXPECT_GE(s.resident_bytes, 100000u * 8);                // slot 0's pages
   EXPECT_LE(s.resident_bytes, 100000u * 8 + (64u << 10));  // and nothing of the other 255
   EXPECT_EQ(s.live_objects, 100000u);
+}
+
+// Debug mode: a write into a freed object is found when the object would be handed out again;
+// that allocation fails naming the fault, the object is withdrawn, and nothing else changes.
+TYPED_TEST(Pool, DebugModeReportsAWriteAfterFree) {
+  percpu::test::pinned pin(0);
+  percpu::pool<TypeParam::value> pool(percpu::pool_options{.debug = true});
+  auto keep = pool.template allocate<pair>(pair{5, 6});
+  auto p = pool.template allocate<pair>();
+  p[0] = pair{1, 2};
+  pair* stale = &p[0];
+  auto copy = p;
+  pool.free(p);
+  EXPECT_EQ(stale->a, static_cast<std::int64_t>(0xA5A5A5A5A5A5A5A5u));  // poisoned
+  stale->b = 42;                                                        // the bug
+  try {
+    auto q = pool.template allocate<pair>();
+    ADD_FAILURE() << "a write after free went unnoticed";
+    pool.free(q);
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("written after it was freed"), std::string::npos)
+        << e.what();
+  }
+  auto r = pool.template allocate<pair>();  // the withdrawn object is never handed out again
+  EXPECT_NE(static_cast<void*>(&r[0]), static_cast<void*>(stale));
+  EXPECT_THROW(pool.free(copy), std::logic_error);
+  EXPECT_EQ(keep[0].a, 5);
+  EXPECT_EQ(pool.stats().live_objects, 2u);
+  pool.free(r);
+  pool.free(keep);
+}
+
+// Two threads free the same object at the same moment: exactly one free succeeds, the other is
+// reported, and the object is handed out once afterwards.
+TYPED_TEST(Pool, RacingDoubleFreeIsReportedOnce) {
+  percpu::pool<TypeParam::value> pool(percpu::pool_options{.debug = false});
+  for (int round = 0; round < 200; ++round) {
+    auto p = pool.template allocate<std::int64_t>();
+    std::atomic<int> ready{0}, errors{0};
+    auto free_it = [&] {
+      auto mine = p;
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      try {
+        pool.free(mine);
+      } catch (const std::logic_error&) {
+        errors.fetch_add(1);
+      }
+    };
+    std::thread a(free_it), b(free_it);
+    a.join();
+    b.join();
+    ASSERT_EQ(errors.load(), 1) << "round " << round;
+  }
+  std::set<void*> seen;
+  std::vector<percpu::percpu_ptr<std::int64_t, TypeParam::value>> all;
+  for (int i = 0; i < 400; ++i) {
+    all.push_back(pool.template allocate<std::int64_t>());
+    EXPECT_TRUE(seen.insert(&all.back()[0]).second);
+  }
+  EXPECT_EQ(pool.stats().live_objects, all.size());
+  for (auto& q : all) pool.free(q);
+}
+
+// Objects above the cached sizes take the locked path: same zeroing, same checks.
+TYPED_TEST(Pool, LargeObjectsAreReusedZeroed) {
+  struct big {
+    std::int64_t w[125];  // 1000 bytes
+  };
+  for (bool debug : {false, true}) {
+    percpu::pool<TypeParam::value> pool(percpu::pool_options{.debug = debug});
+    big init{};
+    init.w[0] = 1;
+    init.w[124] = 2;
+    auto p = pool.template allocate<big>(init);
+    void* first = &p[0];
+    for (const big& b : p) EXPECT_EQ(b.w[124], 2);
+    EXPECT_THROW(pool.free_bytes(&p[0], 999 - 8), std::logic_error);  // wrong size
+    pool.free(p);
+    auto q = pool.template allocate<big>();
+    EXPECT_EQ(static_cast<void*>(&q[0]), first);
+    for (const big& b : q)
+      for (std::int64_t v : b.w) ASSERT_EQ(v, 0);
+    EXPECT_EQ(pool.stats().live_objects, 1u);
+    pool.free(q);
+  }
+}
+
+// Clearing freed objects for reuse must not populate slots nobody touched: counters written in
+// slot 0 only are freed and allocated again, and the other slots still cost nothing. Two
+// strides cover both ways of asking the kernel (whole chunk, and per slot range).
+TEST(PoolMemory, ReuseNeverPopulatesUntouchedSlots) {
+  percpu::test::pinned pin(0);
+  for (std::size_t stride : {std::size_t{64} << 10, std::size_t{1} << 20}) {
+    percpu::pool<index_mode::cpu_id> pool(
+        percpu::pool_options{.stride = stride, .slots = 256, .debug = false});
+    constexpr int kCounters = 20000;
+    std::vector<percpu::percpu_ptr<std::int64_t>> counters;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < kCounters; ++i) {
+        counters.push_back(pool.allocate<std::int64_t>());
+        ASSERT_EQ(counters.back()[0], 0) << "round " << round;  // reused ones come back zeroed
+        counters.back()[0] = i + 1;
+      }
+      for (auto& c : counters) pool.free(c);
+      counters.clear();
+    }
+    const auto s = pool.stats();
+    EXPECT_LE(s.resident_bytes, 2 * kCounters * 8u + 2 * stride) << "stride " << stride;
+    EXPECT_EQ(s.live_objects, 0u);
+    EXPECT_GE(s.free_objects, static_cast<std::size_t>(kCounters));
+  }
+}
+
+// Objects allocated on one thread and freed on another, under migration between CPUs: no object
+// is ever held by two owners, each comes zeroed in every slot, and all are freed at the end.
+TYPED_TEST(Pool, CrossThreadFreesConserveObjects) {
+  constexpr index_mode M = TypeParam::value;
+  constexpr int kThreads = 4, kRounds = 20000, kMailboxes = 8;
+  percpu::pool<M> pool(percpu::pool_options{.debug = false});
+  std::atomic<std::intptr_t> mailbox[kMailboxes] = {};
+  std::atomic<long> errors{0};
+  auto check_tag = [&](std::int64_t* slot0, std::int64_t tag) {
+    for (int s = 0; s < pool.slots(); ++s)
+      if (slot0[s * static_cast<std::ptrdiff_t>(pool.stride() / 8)] != tag) errors.fetch_add(1);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        auto p = pool.template allocate<std::int64_t>();
+        check_tag(&p[0], 0);
+        const std::int64_t tag = (std::int64_t{t} << 32) | (i + 1);
+        for (std::int64_t& v : p) v = tag;
+        // Hand it on through a mailbox; free whatever was there (another thread's object).
+        const auto other = mailbox[(i + t) % kMailboxes].exchange(
+            reinterpret_cast<std::intptr_t>(&p[0]), std::memory_order_acq_rel);
+        if (other != 0) {
+          auto* o = reinterpret_cast<std::int64_t*>(other);
+          const std::int64_t seen = *o;
+          check_tag(o, seen);
+          pool.free_bytes(o, sizeof(std::int64_t));
+        }
+        if (i % 1000 == 0) std::this_thread::yield();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (auto& m : mailbox)
+    if (const auto left = m.load()) pool.free_bytes(reinterpret_cast<void*>(left), 8);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(pool.stats().live_objects, 0u);
+}
+
+// drain_caches() moves one index's cached objects to the central lists; they are allocated again
+// from there, and nothing is lost.
+TYPED_TEST(Pool, DrainCachesMovesObjectsToTheCentralLists) {
+  percpu::test::pinned pin(0);
+  percpu::pool<TypeParam::value> pool(percpu::pool_options{.debug = false});
+  std::vector<percpu::percpu_ptr<std::int64_t, TypeParam::value>> objects;
+  for (int i = 0; i < 40; ++i) objects.push_back(pool.template allocate<std::int64_t>());
+  for (auto& o : objects) pool.free(o);
+  const int index = percpu::current_index<TypeParam::value>();
+  const auto before = pool.stats();
+  EXPECT_GT(pool.drain_caches(index), 40u);  // the 40 freed, and the rest of the carved batch
+  EXPECT_EQ(pool.drain_caches(index), 0u);
+  const auto after = pool.stats();
+  EXPECT_EQ(after.free_objects, before.free_objects);  // moved, not lost
+  EXPECT_THROW(pool.drain_caches(-1), std::out_of_range);
+  EXPECT_THROW(pool.drain_caches(percpu::index_space<TypeParam::value>()), std::out_of_range);
+  std::set<void*> seen;
+  for (int i = 0; i < 200; ++i) {
+    objects.push_back(pool.template allocate<std::int64_t>());
+    EXPECT_TRUE(seen.insert(&objects.back()[0]).second);
+    EXPECT_EQ(objects.back()[0], 0);
+  }
+}
+
+// A child forked while other threads allocate can use the pool: no mutex is inherited held.
+TEST(PoolFork, ChildAllocatesWhileParentThreadsWereAllocating) {
+  percpu::pool<index_mode::cpu_id> pool(percpu::pool_options{.debug = false});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&] {
+      std::vector<percpu::percpu_ptr<std::int64_t>> v;
+      while (!stop.load()) {
+        for (int i = 0; i < 100; ++i) v.push_back(pool.allocate<std::int64_t>());
+        for (auto& p : v) pool.free(p);
+        v.clear();
+      }
+    });
+  for (int k = 0; k < 20; ++k) {
+    const pid_t child = fork();
+    if (child == 0) {
+      alarm(10);  // a deadlock fails the test instead of hanging it
+      // The parent's threads' live objects were copied too: only the child's own are counted.
+      const std::size_t inherited = pool.stats().live_objects;
+      std::vector<percpu::percpu_ptr<std::int64_t>> v;
+      for (int i = 0; i < 1000; ++i) v.push_back(pool.allocate<std::int64_t>());
+      const bool counted = pool.stats().live_objects == inherited + 1000;
+      for (auto& p : v) pool.free(p);
+      _exit(counted && pool.stats().live_objects == inherited ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ struct pool_stats {
 };
 
 /// The untyped pool behind pool<M>, also usable directly (slot_array and region_array take
-/// their slots from one). Thread-safe. allocate_bytes() and free_bytes() of small objects are
+/// their slots from one). Thread-safe and fork-safe (a child can allocate and free, also when
+/// another thread was allocating at fork()). allocate_bytes() and free_bytes() of small objects are
 /// one or two critical sections on the calling thread's index in the common case.
 class PERCPU_API pool_base {
  public:
@@ -120,6 +121,14 @@ class PERCPU_API pool_base {
     }
     free_slow(ptr, size);  // debug mode, large objects, and every bad free (reported there)
   }
+
+  /// Moves the free objects cached for `index` (any index, also while threads use it) to the
+  /// central lists, where every index's allocations find them: for caches of indices no thread
+  /// uses any more (CPUs gone idle or offline, mm_cid values of exited threads). Returns the
+  /// number of objects moved. Costs one fence of `index` (fence_index()) per non-empty stack.
+  /// Throws std::out_of_range for an index outside the index space of mode(), and
+  /// std::system_error when no fence is possible; nothing is lost then.
+  std::size_t drain_caches(int index);
 
   /// Reserved, resident and bookkeeping bytes, live and free objects. Takes the pool's mutex
   /// and a few system calls per chunk: for reports, not hot paths.
@@ -189,6 +198,10 @@ class PERCPU_API pool_base {
   }
   std::size_t cache_pop_many(std::size_t cls, int which, char** out, std::size_t want) noexcept;
   std::size_t cache_push_many(std::size_t cls, int which, char* const* p, std::size_t n) noexcept;
+
+  // fork(): every pool's mutex is held across it, so a child never inherits one locked.
+  static void lock_all_for_fork() noexcept;
+  static void unlock_all_after_fork() noexcept;
 
   // Slow paths (src/pool.cpp); all take mutex_.
   void* allocate_slow(std::size_t size, const void* init);
