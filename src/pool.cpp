@@ -97,7 +97,7 @@ bool holds_only(const char* p, std::size_t bytes, unsigned char fill) {
 // True when any of bits [bit, bit + span] of the written map `map` is set.
 bool any_written(const unsigned char* map, std::size_t bit, std::size_t span) {
   for (std::size_t b = bit; b <= bit + span; ++b)
-    if ((map[b / 8] >> (b % 8)) & 1) return true;
+    if ((__atomic_load_n(&map[b / 8], __ATOMIC_RELAXED) >> (b % 8)) & 1) return true;
   return false;
 }
 
@@ -269,14 +269,16 @@ bool pool_base::learn_written(const chunk_ref& c, std::size_t lo, std::size_t hi
   const std::size_t slot_pages = stride_ / page;
   auto known = [&](std::size_t pg) {
     const std::size_t bit = c.first_bit + pg;
-    return (c.gr->written[bit / 8] >> (bit % 8)) & 1;
+    return (__atomic_load_n(&c.gr->written[bit / 8], __ATOMIC_RELAXED) >> (bit % 8)) & 1;
   };
   auto learn = [&](std::size_t first, std::size_t pages) {
-    states_.resize(pages);
-    page_states(c.base + first * page, pages, states_.data());
+    std::vector<unsigned char> states(pages);
+    page_states(c.base + first * page, pages, states.data());
     for (std::size_t i = 0; i < pages; ++i) {
       const std::size_t bit = c.first_bit + first + i;
-      if (states_[i]) c.gr->written[bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+      if (states[i])  // atomic: batches are cleared outside the mutex, concurrently
+        __atomic_fetch_or(&c.gr->written[bit / 8], static_cast<unsigned char>(1u << (bit % 8)),
+                          __ATOMIC_RELAXED);
     }
   };
   bool unknown = false;
@@ -383,13 +385,19 @@ std::size_t pool_base::cache_push_many(std::size_t cls, int which, char* const* 
              : detail::stack_push_many<index_mode::mm_cid>(words, kCacheDepth, values, n);
 }
 
-// Moves the calling thread's dirty stack of `cls` (whichever index it runs on now) to the
-// central dirty list: no clearing yet.
-void pool_base::collect_dirty(std::size_t cls) {
-  std::vector<char*>& dirty = dirty_[cls];
+// Moves the calling thread's dirty stack of `cls` to the dirty list of its index, and returns
+// that list. Lists are kept by index so that an object stays with the CPU that used it last:
+// objects and their bookkeeping bytes then share no cache line with another CPU's.
+std::vector<char*>& pool_base::collect_dirty(std::size_t cls) {
+  std::vector<std::vector<char*>>& lists = dirty_[cls];
+  if (lists.empty()) lists.resize(static_cast<std::size_t>(caches_.size()));
+  const int index = mode_ == index_mode::cpu_id ? current_index<index_mode::cpu_id>()
+                                                : current_index<index_mode::mm_cid>();
+  std::vector<char*>& dirty = lists[static_cast<std::size_t>(index)];
   const std::size_t had = dirty.size();
   dirty.resize(had + kCacheDepth);
   dirty.resize(had + cache_pop_many(cls, kDirty, dirty.data() + had, kCacheDepth));
+  return dirty;
 }
 
 // Freed objects of `bytes` are cleared once this many wait, so that the kernel is asked about
@@ -400,18 +408,29 @@ std::size_t pool_base::reclaim_threshold(std::size_t bytes) {
   return std::max<std::size_t>(kCacheDepth + 1, (16 * 1024) / bytes);
 }
 
-char* pool_base::take_small(std::size_t cls) {
+char* pool_base::take_small(std::size_t cls, std::unique_lock<std::mutex>& lock) {
   const std::size_t bytes = (cls + 1) * kGranule;
   std::vector<char*>& central = central_[cls];
   if (!debug_ && central.empty()) {
-    collect_dirty(cls);
-    std::vector<char*>& dirty = dirty_[cls];
-    // Reuse before growing: also when carving would start a new chunk.
-    if (dirty.size() >= reclaim_threshold(bytes) ||
-        (!dirty.empty() && (ngroups_.load(std::memory_order_relaxed) == 0 ||
-                            bump_ + bytes * (kCacheDepth + 1) > stride_))) {
-      clear_batch(dirty, bytes, 0);
-      central.swap(dirty);
+    std::vector<char*>& dirty = collect_dirty(cls);
+    std::vector<char*> batch;
+    if (dirty.size() >= reclaim_threshold(bytes)) {
+      batch.swap(dirty);
+    } else if (ngroups_.load(std::memory_order_relaxed) == 0 ||
+               bump_ + bytes * (kCacheDepth + 1) > stride_) {
+      // Reuse before growing: carving would start a new chunk, so every index's freed objects
+      // of this class are cleared first.
+      for (auto& list : dirty_[cls]) {
+        batch.insert(batch.end(), list.begin(), list.end());
+        list.clear();
+      }
+    }
+    if (!batch.empty()) {
+      // The batch is this thread's alone now: clear it without holding up other threads.
+      lock.unlock();
+      clear_batch(batch, bytes, 0);
+      lock.lock();
+      central.insert(central.end(), batch.begin(), batch.end());
     }
   }
   if (central.empty()) {
@@ -457,10 +476,10 @@ void* pool_base::allocate_slow(std::size_t size, const void* init) {
                                 " outside [1, stride " + std::to_string(stride_) + "]");
   char* p = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (size <= kCachedMaxBytes) {
       const std::size_t cls = (size - 1) / kGranule;
-      p = take_small(cls);
+      p = take_small(cls, lock);
       __atomic_store_n(code_of(p), code_for(cls), __ATOMIC_RELAXED);
     } else {
       const std::size_t bytes = (size + kGranule - 1) / kGranule * kGranule;
@@ -478,8 +497,7 @@ void* pool_base::allocate_slow(std::size_t size, const void* init) {
 // The fast path found the dirty stack full: it and `p` move to the central dirty list.
 void pool_base::flush_dirty(std::size_t cls, char* p) {
   std::lock_guard<std::mutex> lock(mutex_);
-  collect_dirty(cls);
-  dirty_[cls].push_back(p);
+  collect_dirty(cls).push_back(p);
 }
 
 void pool_base::free_slow(void* ptr, std::size_t size) {
@@ -572,7 +590,10 @@ std::size_t pool_base::drain_caches(int index) {
     for (std::size_t cls = 0; cls < kCachedClasses; ++cls) {
       central_[cls].insert(central_[cls].end(), found[cls][kClean].begin(),
                            found[cls][kClean].end());
-      dirty_[cls].insert(dirty_[cls].end(), found[cls][kDirty].begin(), found[cls][kDirty].end());
+      if (found[cls][kDirty].empty()) continue;
+      if (dirty_[cls].empty()) dirty_[cls].resize(static_cast<std::size_t>(caches_.size()));
+      auto& list = dirty_[cls][static_cast<std::size_t>(index)];
+      list.insert(list.end(), found[cls][kDirty].begin(), found[cls][kDirty].end());
     }
   }
   if (failed) std::rethrow_exception(failed);

@@ -67,7 +67,7 @@ class PERCPU_API pool_base {
   static constexpr std::size_t kCachedMaxBytes = 256;
   static constexpr int kCachedClasses = static_cast<int>(kCachedMaxBytes / kGranule);
   /// Entries of each per-index stack (clean and dirty) of each cached size class.
-  static constexpr std::size_t kCacheDepth = 63;
+  static constexpr std::size_t kCacheDepth = 255;
 
   /// A pool whose caches are indexed by `mode`, with `slots` slots per object (at least the
   /// index space of `mode`). Throws std::invalid_argument for a stride that is not a positive
@@ -207,13 +207,13 @@ class PERCPU_API pool_base {
   void* allocate_slow(std::size_t size, const void* init);
   void free_slow(void* ptr, std::size_t size);
   void flush_dirty(std::size_t cls, char* p);
-  // The rest run with mutex_ held.
-  char* take_small(std::size_t cls);
+  // The rest run with mutex_ held, except clear_batch() (see take_small()).
+  char* take_small(std::size_t cls, std::unique_lock<std::mutex>& lock);
   char* take_large(std::size_t bytes);
   char* carve(std::size_t bytes);
   void add_group();
   std::size_t written_bytes(std::size_t chunks) const noexcept;
-  void collect_dirty(std::size_t cls);
+  std::vector<char*>& collect_dirty(std::size_t cls);
   static std::size_t reclaim_threshold(std::size_t bytes);
   struct chunk_ref;
   chunk_ref chunk_of(const char* p) const noexcept;
@@ -239,13 +239,12 @@ class PERCPU_API pool_base {
   std::size_t chunk_ = 0;                       // chunk being carved, within the newest group
   std::size_t bump_ = 0;                        // next unused offset of its slot-0 space
   std::vector<char*> central_[kCachedClasses];  // clean, by class
-  std::vector<char*> dirty_[kCachedClasses];    // freed, not yet cleared
+  std::vector<std::vector<char*>> dirty_[kCachedClasses];  // freed, not cleared: by index
   std::unordered_map<std::size_t, std::vector<char*>> central_large_;  // clean, by size
   std::unordered_map<const char*, std::size_t> live_large_;            // live large -> size
   std::size_t carved_ = 0;       // objects ever carved from chunks
   std::size_t quarantined_ = 0;  // objects withdrawn after a write after free
   std::vector<char*> batch_;
-  std::vector<unsigned char> states_;
 };
 
 }  // namespace percpu

@@ -1,13 +1,16 @@
 // `percpu bench pool`: resident memory of 1,000,000 per-CPU 8-byte counters laid out by the pool
 // (cpu_id, mm_cid, and mm_cid on a pool sized for 256 CPUs) against the naive layouts (one
 // cache-line-padded array per counter, sized by CPU_SETSIZE or by the possible CPUs), after 1, 2
-// and 8 threads have each added to every counter; and ns per allocate+free of a small object.
+// and 8 threads have each added to every counter; and ns per allocate+free of a small object,
+// against a mutex-protected strided free list (the C per-CPU pools' design) in the same run.
 #include <fmt/core.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <percpu/percpu.h>
+#include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -71,15 +74,87 @@ double naive_bytes_per_counter(int threads, int width, int counters) {
   return per;
 }
 
-percpu::pool<index_mode::cpu_id>* g_pool;
+// ---- allocate+free of an 8-byte per-CPU object, side by side ----
+percpu::pool<index_mode::cpu_id>* g_pool_cpu;
+percpu::pool<index_mode::mm_cid>* g_pool_cid;
 
-void bm_allocate_free(benchmark::State& s) {
-  for (auto _ : s) {
-    auto p = g_pool->allocate<std::int64_t>();
+template <index_mode M>
+std::uint64_t pool_allocate_free(percpu::pool<M>& pool, const std::atomic<bool>& stop) {
+  return run_until(stop, [&] {
+    auto p = pool.template allocate<std::int64_t>();
     benchmark::DoNotOptimize(&p[0]);
-    g_pool->free(p);
-  }
+    pool.free(p);
+  });
 }
+std::uint64_t pool_cpu_id(int, const std::atomic<bool>& stop) {
+  return pool_allocate_free(*g_pool_cpu, stop);
+}
+std::uint64_t pool_mm_cid(int, const std::atomic<bool>& stop) {
+  return pool_allocate_free(*g_pool_cid, stop);
+}
+
+// The design of the C per-CPU pools (librseq's mempool): one mutex over a free list of objects
+// laid out with the same stride, and a zeroing allocation that writes every slot. Built here so
+// that it is measured in the same run; `zero` = false is its non-zeroing allocation.
+class mutex_strided_pool {
+ public:
+  mutex_strided_pool(int slots, std::size_t stride) : slots_(slots), stride_(stride) {
+    base_ = static_cast<char*>(mmap(nullptr, static_cast<std::size_t>(slots) * stride,
+                                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  }
+  ~mutex_strided_pool() { munmap(base_, static_cast<std::size_t>(slots_) * stride_); }
+  char* allocate(bool zero) {
+    char* p;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (free_.empty()) {
+        p = base_ + bump_;
+        bump_ += 8;
+      } else {
+        p = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (zero)
+      for (int s = 0; s < slots_; ++s) std::memset(p + static_cast<std::size_t>(s) * stride_, 0, 8);
+    return p;
+  }
+  void free(char* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(p);
+  }
+
+ private:
+  int slots_;
+  std::size_t stride_;
+  char* base_;
+  std::size_t bump_ = 0;
+  std::mutex mutex_;
+  std::vector<char*> free_;
+};
+mutex_strided_pool* g_mutex_pool;
+
+std::uint64_t mutex_pool(bool zero, const std::atomic<bool>& stop) {
+  return run_until(stop, [&] {
+    char* p = g_mutex_pool->allocate(zero);
+    benchmark::DoNotOptimize(p);
+    g_mutex_pool->free(p);
+  });
+}
+std::uint64_t mutex_pool_zeroed(int, const std::atomic<bool>& stop) {
+  return mutex_pool(true, stop);
+}
+std::uint64_t mutex_pool_raw(int, const std::atomic<bool>& stop) {
+  return mutex_pool(false, stop);
+}
+
+const std::vector<contender> kAllocators = {
+    {"percpu::pool (cpu_id)", "pool cpu_id", pool_cpu_id},
+    {"percpu::pool (mm_cid)", "pool mm_cid", pool_mm_cid},
+    {"mutex free list, zeroed", "mutex+zero", mutex_pool_zeroed},
+    {"mutex free list, not zeroed", "mutex", mutex_pool_raw},
+};
+const std::vector<int> kAllocThreads = {1, 2, 8};
 
 }  // namespace
 
@@ -111,16 +186,23 @@ int bench_pool(const bench_options& options) {
   }
   fmt::print("(the CPU_SETSIZE layout was measured on {} counters)\n\n", kNaiveSetsizeCounters);
 
-  percpu::pool<index_mode::cpu_id> p(pool_options{.debug = false});
-  g_pool = &p;
+  percpu::pool<index_mode::cpu_id> pool_cpu(pool_options{.debug = false});
+  percpu::pool<index_mode::mm_cid> pool_cid(pool_options{.debug = false});
+  mutex_strided_pool mutex_pool(possible, pool_cpu.stride());
+  g_pool_cpu = &pool_cpu;
+  g_pool_cid = &pool_cid;
+  g_mutex_pool = &mutex_pool;
   const bench_plan plan = make_plan(options, {7, 0.2}, {3, 0.05});
-  benchmark::RegisterBenchmark("pool allocate+free", bm_allocate_free)
-      ->Repetitions(plan.repetitions)
-      ->MinTime(plan.min_time_s);
+  register_contenders(kAllocators, kAllocThreads, plan);
   const auto results = run_registered("pool");
-  if (const bench_result* r = find_result(results, "pool allocate+free"))
-    fmt::print("allocate+free of an 8-byte per-CPU object: {:.0f} ns (median of {})\n",
-               r->median_ns, plan.repetitions);
+  fmt::print(
+      "allocate+free of an 8-byte per-CPU object: wall-clock ns per pair of the whole process, "
+      "median of {} repetitions; ratios: the other's time / pool cpu_id's\n\n",
+      plan.repetitions);
+  std::fflush(stdout);
+  print_thread_table(
+      results, kAllocThreads, kAllocators, kAllocators[0].name,
+      {{"mutex free list, zeroed", "mutex+zero/"}, {"mutex free list, not zeroed", "mutex/"}});
 
   if (!options.json_out.empty()) {
     nlohmann::json extra;

@@ -346,6 +346,68 @@ class spinlock_workload final : public stress_workload {
   slot_array<guarded> data_;
 };
 
+// ---- pool: objects allocated and freed through the per-CPU caches, handed between threads ----
+// Every object must come zeroed in every slot and be held by one owner at a time (its tag in
+// every slot stays the owner's); at the end every object is freed and none is live.
+template <index_mode M>
+class pool_workload final : public stress_workload {
+  static constexpr int kMailboxes = 16;
+
+ public:
+  explicit pool_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    auto p = pool_.template allocate<std::int64_t>();
+    if (!holds(&p[0], 0)) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed);
+    for (std::int64_t& v : p) v = tag;
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    if (!holds(&p[0], tag)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    // Hand it to whichever thread visits this mailbox next; free what was there.
+    const auto other = mailbox_[static_cast<std::size_t>(i) % kMailboxes].exchange(
+        reinterpret_cast<std::intptr_t>(&p[0]), std::memory_order_acq_rel);
+    if (other != 0) release(reinterpret_cast<std::int64_t*>(other));
+  }
+  // Allocation's slow path takes a mutex: not for a signal handler. The signals still abort
+  // the workers' critical sections.
+  void signal_op() noexcept override {}
+  void remote(int index) override {
+    pool_.drain_caches(index);
+    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool child_check() override {
+    std::vector<percpu_ptr<std::int64_t, M>> mine;
+    for (int i = 0; i < 100; ++i) {
+      mine.push_back(pool_.template allocate<std::int64_t>());
+      if (!holds(&mine.back()[0], 0)) return false;
+      mine.back()[0] = 1;
+    }
+    for (auto& p : mine) pool_.free(p);
+    return true;
+  }
+  void verify(stress_result& r) override {
+    for (auto& m : mailbox_)
+      if (const auto left = m.exchange(0)) release(reinterpret_cast<std::int64_t*>(left));
+    r.lost = pool_.stats().live_objects;  // allocated and never freed
+  }
+
+ private:
+  bool holds(const std::int64_t* slot0, std::int64_t tag) const {
+    for (int s = 0; s < pool_.slots(); ++s)
+      if (slot0[static_cast<std::size_t>(s) * (pool_.stride() / sizeof(std::int64_t))] != tag)
+        return false;
+    return true;
+  }
+  void release(std::int64_t* p) {
+    if (!holds(p, *p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    pool_.free_bytes(p, sizeof(std::int64_t));
+  }
+
+  stress_tally& tally_;
+  pool<M> pool_{pool_options{.debug = false}};
+  std::atomic<std::intptr_t> mailbox_[kMailboxes] = {};
+  std::atomic<std::int64_t> next_tag_{1};
+};
+
 template <index_mode M>
 std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads,
                                                stress_tally& tally) {
@@ -354,6 +416,7 @@ std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads
   if (s == "buffer") return std::make_unique<buffer_workload<M>>(threads, tally);
   if (s == "memcpy_buffer") return std::make_unique<memcpy_buffer_workload<M>>(threads, tally);
   if (s == "spinlock") return std::make_unique<spinlock_workload<M>>(tally);
+  if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
   throw std::invalid_argument("unknown structure: " + s);
 }
 
