@@ -630,4 +630,25 @@ pool_stats pool_base::stats() const {
   return s;
 }
 
+namespace detail {
+
+pool_object take_from_pool(pool_base& pool, std::size_t bytes, int count) {
+  if (count > pool.slots())
+    throw std::invalid_argument("percpu: a structure with " + std::to_string(count) +
+                                " indices needs a pool with as many slots, not " +
+                                std::to_string(pool.slots()));
+  return pool_object{static_cast<char*>(pool.allocate_bytes(bytes)), pool.stride()};
+}
+
+void give_back_to_pool(pool_base& pool, void* base, std::size_t bytes) noexcept {
+  try {
+    pool.free_bytes(base, bytes);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "percpu: returning a structure's slots to its pool failed: %s\n",
+                 e.what());
+    std::abort();
+  }
+}
+
+}  // namespace detail
 }  // namespace percpu

@@ -144,6 +144,13 @@ class buffer {
       : capacity_(checked_capacity(capacity)),
         regions_(index_space<M>(), (1 + capacity_) * sizeof(std::intptr_t)) {}
 
+  /// The same, with each index's count and entries in one object of `from` (which must outlive
+  /// the buffer): (1 + capacity) x 8 bytes, at most the pool's stride, else
+  /// std::invalid_argument.
+  buffer(std::size_t capacity, pool<M>& from)
+      : capacity_(checked_capacity(capacity)),
+        regions_(index_space<M>(), (1 + capacity_) * sizeof(std::intptr_t), from) {}
+
   ~buffer() {
     if constexpr (Checked) {
       for (int i = 0; i < regions_.size(); ++i) {

@@ -23,7 +23,13 @@ class counter {
                 "counter<T>: T must be an integral type of at most 64 bits");
 
  public:
+  /// A zero counter with slots of its own (one cache line per index).
   counter() : slots_(index_space<M>()) {}
+
+  /// A zero counter whose slots are one 8-byte object of `from` (which must outlive it): many
+  /// counters then share each index's cache lines and pages. Throws as slot_array's pool
+  /// constructor.
+  explicit counter(pool<M>& from) : slots_(index_space<M>(), from) {}
 
   /// Adds `n` to the calling thread's slot.
   void add(T n) noexcept {

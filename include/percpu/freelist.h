@@ -32,7 +32,12 @@ template <class T, T* T::*Link = &T::next, index_mode M = index_mode::cpu_id,
           bool Checked = kCheckedDefault>
 class freelist {
  public:
+  /// An empty list with slots of its own (one cache line per index).
   freelist() : slots_(index_space<M>()) {}
+
+  /// An empty list whose per-index heads are one 16-byte object of `from` (which must outlive
+  /// it). Throws as slot_array's pool constructor.
+  explicit freelist(pool<M>& from) : slots_(index_space<M>(), from) {}
 
   /// Items still in the lists stay the caller's (the lists only forget them).
   ~freelist() {

@@ -43,6 +43,12 @@ class memcpy_buffer {
       : capacity_(checked_capacity(capacity)),
         regions_(index_space<M>(), sizeof(std::intptr_t) + capacity_ * kRecordStride) {}
 
+  /// The same, with each index's count and records in one object of `from` (which must outlive
+  /// the buffer), at most the pool's stride, else std::invalid_argument.
+  memcpy_buffer(std::size_t capacity, pool<M>& from)
+      : capacity_(checked_capacity(capacity)),
+        regions_(index_space<M>(), sizeof(std::intptr_t) + capacity_ * kRecordStride, from) {}
+
   /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
   /// is full.
   bool push(const T& record) noexcept {

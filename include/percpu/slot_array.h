@@ -1,5 +1,6 @@
-// Storage with one cache-line-aligned slot per index of an index space, mapped with mmap so a
-// slot that no thread touches costs no resident memory.
+// Storage with one slot per index of an index space: either its own mapping (slots on their own
+// cache lines, mmap'd so a slot no thread touches costs no resident memory), or one object of a
+// per-CPU pool (slots a pool stride apart, packed with the pool's other objects of that index).
 #pragma once
 
 #include <sys/mman.h>
@@ -10,10 +11,15 @@
 #include <string>
 #include <type_traits>
 
+#include "percpu/config.h"
 #include "percpu/cpu.h"
 #include "percpu/topology.h"
 
 namespace percpu {
+
+class pool_base;
+template <index_mode M>
+class pool;
 
 namespace detail {
 /// Reserves `bytes` of private anonymous memory, zero-filled by the kernel on first touch (so
@@ -23,6 +29,21 @@ inline void* map_zeroed(std::size_t bytes) {
   if (p == MAP_FAILED) throw std::bad_alloc();
   return p;
 }
+
+/// An object taken from a pool for a structure's slots: slot i is at base + i * stride.
+struct pool_object {
+  char* base;
+  std::size_t stride;
+};
+
+/// Allocates a zeroed object of `bytes` from `pool` for a structure with `count` indices.
+/// Throws std::invalid_argument when the pool has fewer slots than `count` or `bytes` exceeds
+/// its stride, and what pool_base::allocate_bytes() throws.
+PERCPU_API pool_object take_from_pool(pool_base& pool, std::size_t bytes, int count);
+
+/// Returns an object taken with take_from_pool(). A failure here is a bug in percpu (the object
+/// was taken with these arguments): it terminates with a message.
+PERCPU_API void give_back_to_pool(pool_base& pool, void* base, std::size_t bytes) noexcept;
 }  // namespace detail
 
 /// Number of indices in the index space of mode M (possible CPUs: cpu_id_bound or
@@ -33,34 +54,54 @@ inline int index_space() {
   return M == index_mode::cpu_id ? t.cpu_id_bound : t.mm_cid_bound;
 }
 
-/// One T per index, each slot starting on its own cache line (stride: sizeof(T) rounded up to
-/// 64 bytes), zero-filled by the kernel on first touch. T must be trivially copyable and
-/// valid when all-zero (counters, list heads, indices).
+/// One T per index, zero-filled before first use. T must be trivially copyable and valid when
+/// all-zero (counters, list heads, indices).
 ///
-/// Throws std::bad_alloc when the address space cannot be reserved.
+/// - slot_array(count): its own mapping; each slot starts on its own cache line (stride: sizeof(T)
+///   rounded up to 64 bytes), and pages no thread touches stay unpopulated.
+/// - slot_array(count, pool): one object of `pool` (stride: the pool's): slots of many structures
+///   share each index's pages, so small per-CPU structures cost bytes, not cache lines, per
+///   index. The pool must outlive the array; alignof(T) <= 8.
+///
+/// Throws std::invalid_argument for count <= 0, std::bad_alloc without address space.
 template <class T>
 class slot_array {
   static_assert(std::is_trivially_copyable_v<T>, "slots are zero-filled memory");
 
  public:
-  /// Bytes between consecutive slots: sizeof(T) rounded up to a 64-byte cache line.
-  static constexpr std::size_t kStride = (sizeof(T) + 63) / 64 * 64;
+  /// Bytes between consecutive slots of an array with its own mapping.
+  static constexpr std::size_t kLineStride = (sizeof(T) + 63) / 64 * 64;
 
-  /// Reserves `count` slots (count >= 1).
-  explicit slot_array(int count) : count_(count) {
-    if (count <= 0) throw std::invalid_argument("percpu::slot_array: count must be positive");
-    bytes_ = static_cast<std::size_t>(count) * kStride;
-    void* p = detail::map_zeroed(bytes_);
-    base_ = static_cast<char*>(p);
+  /// Reserves `count` slots in a mapping of its own.
+  explicit slot_array(int count) : count_(checked(count)), stride_(kLineStride) {
+    bytes_ = static_cast<std::size_t>(count) * stride_;
+    base_ = static_cast<char*>(detail::map_zeroed(bytes_));
   }
-  ~slot_array() { munmap(base_, bytes_); }
+
+  /// Takes the `count` slots from `from` (see detail::take_from_pool() for what it throws).
+  slot_array(int count, pool_base& from) : count_(checked(count)), pool_(&from) {
+    static_assert(alignof(T) <= 8, "pool objects are 8-byte aligned");
+    const detail::pool_object o = detail::take_from_pool(from, sizeof(T), count);
+    base_ = o.base;
+    stride_ = o.stride;
+  }
+
+  ~slot_array() {
+    if (pool_ != nullptr) {
+      detail::give_back_to_pool(*pool_, base_, sizeof(T));
+    } else {
+      munmap(base_, bytes_);
+    }
+  }
   slot_array(const slot_array&) = delete;
   slot_array& operator=(const slot_array&) = delete;
 
   /// The slot of `index`; precondition 0 <= index < size() (checked by at()).
-  T& operator[](int index) noexcept { return *reinterpret_cast<T*>(base_ + index * kStride); }
+  T& operator[](int index) noexcept {
+    return *reinterpret_cast<T*>(base_ + static_cast<std::size_t>(index) * stride_);
+  }
   const T& operator[](int index) const noexcept {
-    return *reinterpret_cast<const T*>(base_ + index * kStride);
+    return *reinterpret_cast<const T*>(base_ + static_cast<std::size_t>(index) * stride_);
   }
 
   /// The slot of `index`; throws std::out_of_range outside [0, size()).
@@ -75,8 +116,14 @@ class slot_array {
 
   /// Number of slots.
   int size() const noexcept { return count_; }
+  /// Bytes between consecutive slots.
+  std::size_t stride() const noexcept { return stride_; }
 
  private:
+  static int checked(int count) {
+    if (count <= 0) throw std::invalid_argument("percpu::slot_array: count must be positive");
+    return count;
+  }
   void check(int index) const {
     if (index < 0 || index >= count_)
       throw std::out_of_range("percpu::slot_array: index " + std::to_string(index) +
@@ -84,32 +131,49 @@ class slot_array {
   }
 
   int count_;
-  std::size_t bytes_;
-  char* base_;
+  std::size_t stride_ = 0;
+  std::size_t bytes_ = 0;  // of its own mapping
+  char* base_ = nullptr;
+  pool_base* pool_ = nullptr;
 };
 
-/// One region of `bytes` bytes per index of an index space, each starting on its own cache line
-/// (stride: bytes rounded up to 64), zero-filled on first touch and mapped with mmap so that an
-/// untouched region costs no resident memory. The storage of the bounded buffers.
+/// One region of `bytes` bytes per index, zero-filled before first use: the storage of the
+/// bounded buffers.
+///
+/// - region_array(count, bytes): its own mapping; each region starts on its own cache line
+///   (stride: bytes rounded up to 64), and pages no thread touches stay unpopulated.
+/// - region_array(count, bytes, pool): one object of `pool` (bytes rounded up to 8, at most the
+///   pool's stride). The pool must outlive the array.
 ///
 /// Throws std::invalid_argument for count <= 0 or bytes == 0, std::bad_alloc when the address
 /// space cannot be reserved.
 class region_array {
  public:
-  region_array(int count, std::size_t bytes) : count_(count) {
-    if (count <= 0 || bytes == 0)
-      throw std::invalid_argument("percpu::region_array: count and bytes must be positive");
+  region_array(int count, std::size_t bytes) : count_(checked(count, bytes)) {
     stride_ = (bytes + 63) / 64 * 64;
     total_ = static_cast<std::size_t>(count) * stride_;
-    void* p = detail::map_zeroed(total_);
-    base_ = static_cast<char*>(p);
+    base_ = static_cast<char*>(detail::map_zeroed(total_));
   }
-  ~region_array() { munmap(base_, total_); }
+  region_array(int count, std::size_t bytes, pool_base& from)
+      : count_(checked(count, bytes)), pool_(&from), object_bytes_((bytes + 7) / 8 * 8) {
+    const detail::pool_object o = detail::take_from_pool(from, object_bytes_, count);
+    base_ = o.base;
+    stride_ = o.stride;
+  }
+  ~region_array() {
+    if (pool_ != nullptr) {
+      detail::give_back_to_pool(*pool_, base_, object_bytes_);
+    } else {
+      munmap(base_, total_);
+    }
+  }
   region_array(const region_array&) = delete;
   region_array& operator=(const region_array&) = delete;
 
   /// Start of the region of `index`; precondition 0 <= index < size() (checked by at()).
-  char* operator[](int index) const noexcept { return base_ + index * stride_; }
+  char* operator[](int index) const noexcept {
+    return base_ + static_cast<std::size_t>(index) * stride_;
+  }
 
   /// Start of the region of `index`; throws std::out_of_range outside [0, size()).
   char* at(int index) const {
@@ -122,15 +186,24 @@ class region_array {
   /// Number of regions.
   int size() const noexcept { return count_; }
 
-  /// Start and length in bytes of the whole mapping (for residency statistics).
+  /// Start and length in bytes of its own mapping (for residency statistics); length 0 for
+  /// regions taken from a pool (the pool counts those).
   const char* data() const noexcept { return base_; }
   std::size_t bytes() const noexcept { return total_; }
 
  private:
+  static int checked(int count, std::size_t bytes) {
+    if (count <= 0 || bytes == 0)
+      throw std::invalid_argument("percpu::region_array: count and bytes must be positive");
+    return count;
+  }
+
   int count_;
-  std::size_t stride_;
-  std::size_t total_;
-  char* base_;
+  std::size_t stride_ = 0;
+  std::size_t total_ = 0;  // of its own mapping
+  char* base_ = nullptr;
+  pool_base* pool_ = nullptr;
+  std::size_t object_bytes_ = 0;  // of its pool object
 };
 
 }  // namespace percpu

@@ -26,7 +26,12 @@ namespace percpu {
 template <index_mode M = index_mode::cpu_id>
 class spinlock {
  public:
+  /// Unlocked locks with slots of their own (one cache line per index).
   spinlock() : locks_(index_space<M>()) {}
+
+  /// Unlocked locks in one 8-byte object of `from` (which must outlive them). Throws as
+  /// slot_array's pool constructor.
+  explicit spinlock(pool<M>& from) : locks_(index_space<M>(), from) {}
 
   /// Takes the lock of the calling thread's current index and returns that index. Spins while
   /// another thread holds it (yielding the CPU after a short spin, so a holder that was
