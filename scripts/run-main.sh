@@ -16,3 +16,5 @@ echo
 build/release/tools/percpu/percpu bench "$@" counter
 echo
 build/release/tools/percpu/percpu bench "$@" list
+echo
+build/release/tools/percpu/percpu bench "$@" pool
