@@ -385,6 +385,13 @@ std::size_t pool_base::cache_push_many(std::size_t cls, int which, char* const* 
              : detail::stack_push_many<index_mode::mm_cid>(words, kCacheDepth, values, n);
 }
 
+// Debug mode: checks the poison of a freed object about to be handed out, then zeroes it.
+void pool_base::reuse_poisoned(char* p, std::size_t bytes) {
+  check_poison(p, bytes);
+  batch_.assign(1, p);
+  clear_batch(batch_, bytes, 0);
+}
+
 // Moves the calling thread's dirty stack of `cls` to the dirty list of its index, and returns
 // that list. Lists are kept by index so that an object stays with the CPU that used it last:
 // objects and their bookkeeping bytes then share no cache line with another CPU's.
@@ -443,9 +450,7 @@ char* pool_base::take_small(std::size_t cls, std::unique_lock<std::mutex>& lock)
   char* p = central.back();
   central.pop_back();
   if (debug_) {
-    check_poison(p, bytes);
-    batch_.assign(1, p);
-    clear_batch(batch_, bytes, 0);
+    reuse_poisoned(p, bytes);
     return p;
   }
   // Refill the clean stack from the top of the central list, so the next allocations on this
@@ -462,11 +467,7 @@ char* pool_base::take_large(std::size_t bytes) {
   if (reuse.empty()) return carve(bytes);
   char* p = reuse.back();
   reuse.pop_back();
-  if (debug_) {
-    check_poison(p, bytes);
-    batch_.assign(1, p);
-    clear_batch(batch_, bytes, 0);
-  }
+  if (debug_) reuse_poisoned(p, bytes);
   return p;
 }
 

@@ -68,11 +68,12 @@ bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
   }
 }
 
-/// Pops up to `want` entries of the calling thread's stack (layout as stack_push) into `out`,
-/// top first, in one critical section that copies them and commits the lowered count. Returns
-/// how many it popped (0 when empty). Async-signal-safe.
-template <index_mode M, class Words>
-std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) noexcept {
+/// The loop of the bulk stack operations: on the calling thread's stack (words(index)), runs
+/// move(r, n, k, index) with its count n and k = amount(n) entries to move, until it commits
+/// (returns k) or there is nothing to move (returns 0); waits while a remote drain has the
+/// count closed.
+template <index_mode M, class Words, class Amount, class Move>
+std::size_t stack_move_many(Words&& words, Amount&& amount, Move&& move) noexcept {
   for (;;) {
     bool closed = false;
     std::size_t k = 0;
@@ -80,18 +81,30 @@ std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) 
       std::intptr_t* r = words(index);
       const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
       closed = (n & kCountClosed) != 0;
-      k = std::min(static_cast<std::size_t>(n & ~kCountClosed), want);
-      if (closed || k == 0) return status::compare_failed;
-      // The copy runs inside the section: a preemption, migration or signal aborts it, so the
-      // entries copied are the ones the committed count gives up.
-      return compare_memcpy_store<M>(&r[0], n, out, &r[n - static_cast<std::intptr_t>(k) + 1],
-                                     k * sizeof(std::intptr_t), n - static_cast<std::intptr_t>(k),
-                                     index);
+      k = closed ? 0 : amount(static_cast<std::size_t>(n));
+      if (k == 0) return status::compare_failed;
+      return move(r, n, static_cast<std::intptr_t>(k), index);
     });
     if (s == status::committed) return k;
     if (!closed) return 0;
     wait_for_remote();
   }
+}
+
+/// Pops up to `want` entries of the calling thread's stack (layout as stack_push) into `out`,
+/// top first, in one critical section that copies them and commits the lowered count. Returns
+/// how many it popped (0 when empty). Async-signal-safe.
+template <index_mode M, class Words>
+std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) noexcept {
+  return stack_move_many<M>(
+      words, [&](std::size_t n) { return std::min(n, want); },
+      [&](std::intptr_t* r, std::intptr_t n, std::intptr_t k, int index) {
+        // The copy runs inside the section: a preemption, migration or signal aborts it, so
+        // the entries copied are the ones the committed count gives up.
+        return compare_memcpy_store<M>(&r[0], n, out, &r[n - k + 1],
+                                       static_cast<std::size_t>(k) * sizeof(std::intptr_t), n - k,
+                                       index);
+      });
 }
 
 /// Pushes as many of the `count` entries at `values` as fit onto the calling thread's stack, in
@@ -100,23 +113,13 @@ std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) 
 template <index_mode M, class Words>
 std::size_t stack_push_many(Words&& words, std::size_t capacity, const std::intptr_t* values,
                             std::size_t count) noexcept {
-  for (;;) {
-    bool closed = false;
-    std::size_t k = 0;
-    const status s = retry<M>([&](int index) {
-      std::intptr_t* r = words(index);
-      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-      closed = (n & kCountClosed) != 0;
-      k = closed ? 0 : std::min(capacity - static_cast<std::size_t>(n), count);
-      if (k == 0) return status::compare_failed;
-      return compare_memcpy_store<M, commit_order::release>(
-          &r[0], n, &r[n + 1], values, k * sizeof(std::intptr_t), n + static_cast<std::intptr_t>(k),
-          index);
-    });
-    if (s == status::committed) return k;
-    if (!closed) return 0;
-    wait_for_remote();
-  }
+  return stack_move_many<M>(
+      words, [&](std::size_t n) { return std::min(capacity - n, count); },
+      [&](std::intptr_t* r, std::intptr_t n, std::intptr_t k, int index) {
+        return compare_memcpy_store<M, commit_order::release>(
+            &r[0], n, &r[n + 1], values, static_cast<std::size_t>(k) * sizeof(std::intptr_t), n + k,
+            index);
+      });
 }
 
 }  // namespace detail

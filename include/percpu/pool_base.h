@@ -220,6 +220,7 @@ class PERCPU_API pool_base {
   bool learn_written(const chunk_ref& c, std::size_t lo, std::size_t hi);
   void clear_batch(std::vector<char*>& objects, std::size_t bytes, unsigned char fill);
   void check_poison(char* p, std::size_t bytes);
+  void reuse_poisoned(char* p, std::size_t bytes);
   [[noreturn]] void report_bad_free(const char* p, std::size_t size, const unsigned char* code);
 
   const index_mode mode_;
