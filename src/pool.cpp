@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -38,10 +39,27 @@ bool swap_configured() {
   return sysinfo(&si) != 0 || si.totalswap > 0;
 }
 
-// /proc/self/pagemap, opened once; -1 when unavailable (a restricted /proc).
+// /proc/self/pagemap, opened on first use; -1 when unavailable (a restricted /proc). A forked
+// child must not read its parent's page tables through an inherited descriptor: the fork
+// handler closes it in the child (g_pagemap_fd back to kPagemapUnopened).
+constexpr int kPagemapUnopened = -2;
+std::atomic<int> g_pagemap_fd{kPagemapUnopened};
+
 int pagemap_fd() {
-  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int fd = g_pagemap_fd.load(std::memory_order_acquire);
+  if (fd != kPagemapUnopened) return fd;
+  fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int expected = kPagemapUnopened;
+  if (!g_pagemap_fd.compare_exchange_strong(expected, fd) && fd >= 0) {
+    close(fd);  // another thread opened it first
+    fd = expected;
+  }
   return fd;
+}
+
+void forget_pagemap_in_child() noexcept {
+  const int fd = g_pagemap_fd.exchange(kPagemapUnopened);
+  if (fd >= 0) close(fd);
 }
 
 // For each of `pages` pages from `start`, whether it may hold data written since it was mapped:
@@ -83,6 +101,17 @@ std::size_t resident_bytes_of(const void* start, std::size_t bytes,
   return n * page;
 }
 
+// The same for a range of any size, asked in windows of 256 MiB (a chunk of many slots can span
+// terabytes of address space).
+std::size_t resident_bytes_windowed(const char* start, std::size_t bytes) {
+  constexpr std::size_t kWindow = std::size_t{256} << 20;
+  std::vector<unsigned char> scratch;
+  std::size_t n = 0;
+  for (std::size_t done = 0; done < bytes; done += kWindow)
+    n += resident_bytes_of(start + done, std::min(kWindow, bytes - done), scratch);
+  return n;
+}
+
 // True when all `bytes` (a multiple of 8, at an 8-byte-aligned address) at `p` equal `fill`.
 bool holds_only(const char* p, std::size_t bytes, unsigned char fill) {
   const std::uint64_t pattern = std::uint64_t{fill} * 0x0101010101010101u;
@@ -94,11 +123,25 @@ bool holds_only(const char* p, std::size_t bytes, unsigned char fill) {
   return true;
 }
 
-// True when any of bits [bit, bit + span] of the written map `map` is set.
-bool any_written(const unsigned char* map, std::size_t bit, std::size_t span) {
-  for (std::size_t b = bit; b <= bit + span; ++b)
-    if ((__atomic_load_n(&map[b / 8], __ATOMIC_RELAXED) >> (b % 8)) & 1) return true;
-  return false;
+// Calls f(piece, length) for each run of an object's bytes, slot by slot, that lies on a page
+// the written map marks: only those bytes may hold data, and touching any other byte would
+// populate its page. `first_bit` is the map bit of the chunk's page 0.
+template <class F>
+void for_each_written_piece(const unsigned char* written, std::size_t first_bit, const char* chunk,
+                            char* object, std::size_t bytes, int slots, std::size_t stride,
+                            unsigned page_shift, F&& f) {
+  for (int s = 0; s < slots; ++s) {
+    char* slot = object + static_cast<std::size_t>(s) * stride;
+    char* const end = slot + bytes;
+    for (char* q = slot; q < end;) {
+      const std::size_t page = static_cast<std::size_t>(q - chunk) >> page_shift;
+      char* const piece_end = std::min(end, const_cast<char*>(chunk) + ((page + 1) << page_shift));
+      const std::size_t bit = first_bit + page;
+      if ((__atomic_load_n(&written[bit / 8], __ATOMIC_RELAXED) >> (bit % 8)) & 1)
+        f(q, static_cast<std::size_t>(piece_end - q));
+      q = piece_end;
+    }
+  }
 }
 
 int index_space_of(index_mode mode) {
@@ -106,11 +149,15 @@ int index_space_of(index_mode mode) {
                                     : index_space<index_mode::mm_cid>();
 }
 
+// Objects are at most a stride big; above 1 GiB, asking the kernel about a freed object's pages
+// would take seconds.
+constexpr std::size_t kMaxStride = std::size_t{1} << 30;
+
 std::size_t checked_stride(std::size_t stride) {
-  if (stride == 0 || stride % page_size() != 0)
+  if (stride == 0 || stride % page_size() != 0 || stride > kMaxStride)
     throw std::invalid_argument("percpu::pool: stride " + std::to_string(stride) +
-                                " is not a positive multiple of the page size " +
-                                std::to_string(page_size()));
+                                " is not a multiple of the page size " +
+                                std::to_string(page_size()) + " in (0, 1 GiB]");
   return stride;
 }
 
@@ -150,6 +197,11 @@ void pool_base::unlock_all_after_fork() noexcept {
   g_pools_mutex.unlock();
 }
 
+void pool_base::unlock_all_in_child() noexcept {
+  forget_pagemap_in_child();
+  unlock_all_after_fork();
+}
+
 // Bytes of the written map of `chunks` chunks: a bit per page.
 std::size_t pool_base::written_bytes(std::size_t chunks) const noexcept {
   return (chunks * (chunk_bytes_ / page_size()) + 7) / 8;
@@ -167,9 +219,8 @@ pool_base::pool_base(index_mode mode, int slots, const pool_options& options)
       caches_(index_space_of(mode),
               kCachedClasses * 2 * (1 + kCacheDepth) * sizeof(std::intptr_t)) {
   static std::once_flag once;
-  std::call_once(once, [] {
-    pthread_atfork(lock_all_for_fork, unlock_all_after_fork, unlock_all_after_fork);
-  });
+  std::call_once(
+      once, [] { pthread_atfork(lock_all_for_fork, unlock_all_after_fork, unlock_all_in_child); });
   std::lock_guard<std::mutex> lock(g_pools_mutex);
   live_pools().insert(this);
 }
@@ -226,10 +277,11 @@ char* pool_base::carve(std::size_t bytes) {
       bump_ += piece;
       ++carved_;
     }
-    if (++chunk_ == gr->chunks) {
-      add_group();
+    if (chunk_ + 1 == gr->chunks) {
+      add_group();  // moves to its chunk 0; if it throws, nothing moved (the tail is carved)
       gr = &groups_[ngroups_.load(std::memory_order_relaxed) - 1];
     } else {
+      ++chunk_;
       bump_ = 0;
     }
   }
@@ -300,17 +352,11 @@ bool pool_base::learn_written(const chunk_ref& c, std::size_t lo, std::size_t hi
 // so they stay unpopulated. The kernel is asked at most once per small chunk per batch; objects
 // of large chunks are sorted and asked about per run of objects in one chunk.
 void pool_base::clear_batch(std::vector<char*>& objects, std::size_t bytes, unsigned char fill) {
-  const std::size_t slot_pages = stride_ >> page_shift_;
   auto clear = [&](const chunk_ref& c, char* object) {
-    const auto rel = static_cast<std::size_t>(object - c.base);
-    const std::size_t first = c.first_bit + (rel >> page_shift_);
-    const std::size_t span = ((rel + bytes - 1) >> page_shift_) - (rel >> page_shift_);
-    for (int s = 0; s < slots_; ++s) {
-      char* slot = object + static_cast<std::size_t>(s) * stride_;
-      if (any_written(c.gr->written, first + static_cast<std::size_t>(s) * slot_pages, span) &&
-          !holds_only(slot, bytes, fill))
-        std::memset(slot, fill, bytes);
-    }
+    for_each_written_piece(c.gr->written, c.first_bit, c.base, object, bytes, slots_, stride_,
+                           page_shift_, [&](char* piece, std::size_t n) {
+                             if (!holds_only(piece, n, fill)) std::memset(piece, fill, n);
+                           });
   };
   auto page_of = [&](const chunk_ref& c, const char* p) {
     return static_cast<std::size_t>(p - c.base) >> page_shift_;
@@ -350,21 +396,19 @@ void pool_base::check_poison(char* p, std::size_t bytes) {
   const std::size_t page = page_size();
   learn_written(c, static_cast<std::size_t>(p - c.base) / page,
                 static_cast<std::size_t>(p + bytes - 1 - c.base) / page);
-  const auto rel = static_cast<std::size_t>(p - c.base);
-  const std::size_t first = c.first_bit + (rel >> page_shift_);
-  const std::size_t span = ((rel + bytes - 1) >> page_shift_) - (rel >> page_shift_);
-  for (int s = 0; s < slots_; ++s) {
-    const char* slot = p + static_cast<std::size_t>(s) * stride_;
-    if (!any_written(c.gr->written, first + static_cast<std::size_t>(s) * (stride_ >> page_shift_),
-                     span) ||
-        holds_only(slot, bytes, 0) || holds_only(slot, bytes, kPoison))
-      continue;
-    *code_of(p) = kQuarantinedCode;
-    ++quarantined_;
-    throw std::logic_error("percpu::pool: the free object at " + address(p) +
-                           " was written after it was freed (slot " + std::to_string(s) +
-                           "); it is withdrawn from use");
-  }
+  // Each written piece was all zero or all poison when freed (pieces on pages written since then
+  // by neighbours were never touched: zero).
+  bool intact = true;
+  for_each_written_piece(c.gr->written, c.first_bit, c.base, p, bytes, slots_, stride_, page_shift_,
+                         [&](char* piece, std::size_t n) {
+                           intact =
+                               intact && (holds_only(piece, n, 0) || holds_only(piece, n, kPoison));
+                         });
+  if (intact) return;
+  *code_of(p) = kQuarantinedCode;
+  ++quarantined_;
+  throw std::logic_error("percpu::pool: the free object at " + address(p) +
+                         " was written after it was freed; it is withdrawn from use");
 }
 
 std::size_t pool_base::cache_pop_many(std::size_t cls, int which, char** out,
@@ -462,6 +506,15 @@ char* pool_base::take_small(std::size_t cls, std::unique_lock<std::mutex>& lock)
   return p;
 }
 
+// The bytes of an object of `size` above kCachedMaxBytes: rounded up to one of eight sizes per
+// doubling (at most 12.5% more), so that freed objects of similar sizes serve each other, and
+// memory does not grow with the number of distinct sizes used.
+std::size_t pool_base::large_bytes(std::size_t size) const noexcept {
+  const unsigned lg = static_cast<unsigned>(std::bit_width(size - 1));  // size <= 2^lg
+  const std::size_t step = std::size_t{1} << (lg - 3);
+  return std::min((size + step - 1) & ~(step - 1), stride_);
+}
+
 char* pool_base::take_large(std::size_t bytes) {
   std::vector<char*>& reuse = central_large_[bytes];
   if (reuse.empty()) return carve(bytes);
@@ -483,7 +536,7 @@ void* pool_base::allocate_slow(std::size_t size, const void* init) {
       p = take_small(cls, lock);
       __atomic_store_n(code_of(p), code_for(cls), __ATOMIC_RELAXED);
     } else {
-      const std::size_t bytes = (size + kGranule - 1) / kGranule * kGranule;
+      const std::size_t bytes = large_bytes(size);
       p = take_large(bytes);
       live_large_[p] = bytes;
       __atomic_store_n(code_of(p), kLargeCode, __ATOMIC_RELAXED);
@@ -505,6 +558,9 @@ void pool_base::free_slow(void* ptr, std::size_t size) {
   char* p = static_cast<char*>(ptr);
   std::lock_guard<std::mutex> lock(mutex_);
   unsigned char* code = code_of(p);
+  if (code == nullptr && chunk_of(p).gr != nullptr)
+    throw std::logic_error("percpu::pool: free: " + address(p) +
+                           " is not the start of an object (inside a slot or between objects)");
   if (code == nullptr)
     throw std::invalid_argument("percpu::pool: free: " + address(p) +
                                 " is not an object of this pool");
@@ -520,7 +576,7 @@ void pool_base::free_slow(void* ptr, std::size_t size) {
     central_[cls].push_back(p);
     return;
   }
-  const std::size_t bytes = (size + kGranule - 1) / kGranule * kGranule;
+  const std::size_t bytes = large_bytes(size);
   const auto it = live_large_.find(p);
   if (*code != kLargeCode || it == live_large_.end() || it->second != bytes)
     report_bad_free(p, size, code);
@@ -612,7 +668,7 @@ pool_stats pool_base::stats() const {
     s.reserved_bytes += gr.chunks << span_shift_;
     const std::size_t used = g + 1 < n ? gr.chunks : chunk_ + 1;
     for (std::size_t c = 0; c < used; ++c)
-      s.resident_bytes += resident_bytes_of(gr.base + (c << span_shift_), chunk_bytes_, scratch);
+      s.resident_bytes += resident_bytes_windowed(gr.base + (c << span_shift_), chunk_bytes_);
     // Count live objects in the table pages that exist (reading the others would populate
     // them; they hold no live codes).
     s.metadata_bytes +=

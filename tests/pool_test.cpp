@@ -121,7 +121,7 @@ TYPED_TEST(Pool, BadInputIsReportedAndChangesNothing) {
   percpu::pool<TypeParam::value> plain(percpu::pool_options{.debug = false});
   EXPECT_THROW(plain.free_bytes(&outside, sizeof outside), std::invalid_argument);
   EXPECT_THROW(percpu::pool<TypeParam::value>(
-                   percpu::pool_options{.stride = std::size_t{1} << 46, .slots = 4096}),
+                   percpu::pool_options{.stride = std::size_t{1} << 30, .slots = 1 << 17}),
                std::invalid_argument);  // slots x stride overflows the address space
 }
 
@@ -132,12 +132,13 @@ TYPED_TEST(Pool, BadFreesNeverCorruptLiveObjects) {
   auto a = pool.template allocate<pair>(pair{1, 1});
   auto b = pool.template allocate<pair>(pair{2, 2});
   char* base = reinterpret_cast<char*>(&b[0]);
-  EXPECT_THROW(pool.free_bytes(base + 8, 8), std::logic_error);               // interior
-  EXPECT_THROW(pool.free_bytes(base + 64, 16), std::logic_error);             // never allocated
-  EXPECT_THROW(pool.free_bytes(base, 0), std::logic_error);                   // size 0
-  EXPECT_THROW(pool.free_bytes(base, SIZE_MAX), std::logic_error);            // wraps when rounded
-  EXPECT_THROW(pool.free_bytes(base, 2 * pool.stride()), std::logic_error);   // beyond the chunk
-  EXPECT_THROW(pool.free_bytes(&b[1], sizeof(pair)), std::invalid_argument);  // slot 1, not 0
+  EXPECT_THROW(pool.free_bytes(base + 8, 8), std::logic_error);              // interior
+  EXPECT_THROW(pool.free_bytes(base + 64, 16), std::logic_error);            // never allocated
+  EXPECT_THROW(pool.free_bytes(base, 0), std::logic_error);                  // size 0
+  EXPECT_THROW(pool.free_bytes(base, SIZE_MAX), std::logic_error);           // wraps when rounded
+  EXPECT_THROW(pool.free_bytes(base, 2 * pool.stride()), std::logic_error);  // beyond the chunk
+  EXPECT_THROW(pool.free_bytes(&b[1], sizeof(pair)), std::logic_error);      // slot 1, not 0
+  EXPECT_THROW(pool.free_bytes(base + 1, sizeof(pair)), std::logic_error);   // unaligned
   auto copy = a;
   pool.free(a);
   EXPECT_THROW(pool.free(copy), std::logic_error);  // double free through a copy
@@ -278,7 +279,7 @@ TYPED_TEST(Pool, LargeObjectsAreReusedZeroed) {
     auto p = pool.template allocate<big>(init);
     void* first = &p[0];
     for (const big& b : p) EXPECT_EQ(b.w[124], 2);
-    EXPECT_THROW(pool.free_bytes(&p[0], 999 - 8), std::logic_error);  // wrong size
+    EXPECT_THROW(pool.free_bytes(&p[0], 600), std::logic_error);  // a size of another class
     pool.free(p);
     auto q = pool.template allocate<big>();
     EXPECT_EQ(static_cast<void*>(&q[0]), first);
@@ -410,6 +411,88 @@ TEST(PoolFork, ChildAllocatesWhileParentThreadsWereAllocating) {
   }
   stop.store(true);
   for (auto& th : threads) th.join();
+}
+
+// Regression: a failed growth (no address space for the next group) must leave the pool as it
+// was: every later allocation fails cleanly, and what was allocated stays usable.
+TEST(PoolLimits, FailedGrowthLeavesThePoolUsable) {
+  // Chunks of 32 TiB (1 GiB x 32768 slots): the address space holds only a few.
+  const std::size_t stride = std::size_t{1} << 30;
+  percpu::pool<index_mode::cpu_id> pool(percpu::pool_options{.stride = stride, .slots = 32768});
+  std::vector<void*> live;
+  int failures = 0;
+  for (int i = 0; i < 16; ++i) {
+    try {
+      live.push_back(pool.allocate_bytes(stride));  // a chunk each
+    } catch (const std::bad_alloc&) {
+      ++failures;
+    }
+  }
+  EXPECT_GT(failures, 0);
+  EXPECT_GE(live.size(), 1u);
+  static_cast<char*>(live.front())[0] = 1;  // still usable (stats() would scan 32 TiB chunks)
+  EXPECT_THROW(percpu::pool<index_mode::cpu_id>(percpu::pool_options{.stride = 2 * stride}),
+               std::invalid_argument);
+}
+
+// Regression: a forked child reads its own page tables. Objects the child writes (on pages the
+// parent never touched), frees and allocates again come back zeroed.
+TEST(PoolFork, ChildClearsWhatTheChildWrote) {
+  percpu::pool<index_mode::cpu_id> pool(percpu::pool_options{.stride = 64 << 10});
+  pool.free_bytes(pool.allocate_bytes(1000), 1000);  // the parent asks the kernel once
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(10);
+    std::vector<char*> v;
+    for (int i = 0; i < 20; ++i) v.push_back(static_cast<char*>(pool.allocate_bytes(2000)));
+    for (char* o : v) std::memset(o, 0x77, 2000);
+    for (char* o : v) pool.free_bytes(o, 2000);
+    int bad = 0;
+    for (int i = 0; i < 20; ++i) {
+      const char* o = static_cast<const char*>(pool.allocate_bytes(2000));
+      for (int k = 0; k < 2000; ++k) bad += o[k] != 0;
+    }
+    _exit(bad == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+// Regression: clearing touches only the bytes of pages that may hold data. Objects straddling a
+// page boundary, freed and allocated again many times next to one written page, must not spread
+// residency to the neighbouring pages of that slot.
+TEST(PoolMemory, ClearingDoesNotSpreadToNeighbourPages) {
+  percpu::test::pinned pin(0);
+  for (bool debug : {false, true}) {
+    const std::size_t stride = 64 << 10;
+    percpu::pool<index_mode::cpu_id> pool(
+        percpu::pool_options{.stride = stride, .slots = 16, .debug = debug});
+    std::vector<char*> objects;
+    for (int i = 0; i < 60; ++i) objects.push_back(static_cast<char*>(pool.allocate_bytes(1000)));
+    std::memset(objects[0] + 5 * stride, 1, 8);  // the only write: page 0 of slot 5
+    for (int cycle = 0; cycle < 20; ++cycle) {
+      for (char* o : objects) pool.free_bytes(o, 1000);
+      for (char*& o : objects) o = static_cast<char*>(pool.allocate_bytes(1000));
+    }
+    EXPECT_EQ(pool.stats().resident_bytes, 4096u) << "debug " << debug;
+    for (char* o : objects) pool.free_bytes(o, 1000);
+  }
+}
+
+// Regression: freed objects above 256 bytes serve later allocations of similar sizes, so memory
+// does not grow with the number of distinct sizes used.
+TEST(PoolMemory, LargeObjectsOfManySizesReuseEachOther) {
+  percpu::pool<index_mode::cpu_id> pool(percpu::pool_options{.stride = 64 << 10});
+  for (int i = 0; i < 4000; ++i) {
+    const std::size_t size = 264 + static_cast<std::size_t>(i % 4000) * 8;
+    void* p = pool.allocate_bytes(size);
+    std::memset(p, 1, size);
+    pool.free_bytes(p, size);
+  }
+  const auto s = pool.stats();
+  EXPECT_LE(s.free_objects, 200u);  // eight sizes per doubling, plus chunk tails
+  EXPECT_LE(s.resident_bytes, 4u << 20);
 }
 
 }  // namespace

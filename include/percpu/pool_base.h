@@ -27,17 +27,18 @@ namespace percpu {
 /// How a pool lays out its memory.
 struct pool_options {
   /// Bytes between an object's consecutive slots, and so the bytes of objects one chunk holds
-  /// for each index. A multiple of the page size (4096 on x86-64); objects are at most this big.
+  /// for each index. A multiple of the page size (4096 on x86-64), at most 1 GiB; objects are at
+  /// most this big.
   std::size_t stride = 64 * 1024;
   /// Number of slots; 0 means the index space of the pool's mode. Set it to model a larger
   /// machine (256 possible CPUs, say): slots no thread uses cost address space, not memory.
   /// Never fewer than the index space (every index must have a slot).
   int slots = 0;
-  /// Debug mode: freed objects are poisoned (0xA5 in every slot that is not all zero) and
-  /// checked when handed out again, so that a write after free is reported; the per-CPU caches
-  /// are bypassed. On by default in checked builds (PERCPU_CHECKED). Bad frees are reported in
-  /// either mode.
-  bool debug = kCheckedDefault;
+  /// Debug mode: freed objects are poisoned (0xA5 in every written slot) and checked when
+  /// handed out again, so that a write after free is reported; the per-CPU caches are bypassed,
+  /// so allocation and free take a mutex and a system call (microseconds). Off by default: turn
+  /// it on in tests and debugging sessions. Bad frees are reported in either mode.
+  bool debug = false;
 };
 
 /// What a pool holds, measured when asked.
@@ -77,12 +78,12 @@ class PERCPU_API pool_base {
   pool_base(const pool_base&) = delete;
   pool_base& operator=(const pool_base&) = delete;
 
-  /// Allocates an object of `size` bytes (rounded up to 8; alignment 8) and returns the address
-  /// of its slot 0. Every slot reads as zero, or as the `size` bytes at `init` when given
-  /// (copying an init value touches the object's page in every slot).
-  /// Throws std::invalid_argument for size 0 or above the stride, std::bad_alloc without
-  /// address space, and (debug mode) std::logic_error when the object chosen was written after
-  /// it was freed (it is then withdrawn from use, and the allocation fails).
+  /// Allocates an object of `size` bytes (rounded up to 8 up to 256 bytes, to one of eight sizes
+  /// per doubling above; alignment 8) and returns the address of its slot 0. Every slot reads as
+  /// zero, or as the `size` bytes at `init` when given (copying an init value touches the object's
+  /// page in every slot). Throws std::invalid_argument for size 0 or above the stride,
+  /// std::bad_alloc without address space, and (debug mode) std::logic_error when the object chosen
+  /// was written after it was freed (it is then withdrawn from use, and the allocation fails).
   void* allocate_bytes(std::size_t size, const void* init = nullptr) {
     if (size - 1 < kCachedMaxBytes && init == nullptr && !debug_) {
       const std::size_t cls = (size - 1) / kGranule;
@@ -100,8 +101,10 @@ class PERCPU_API pool_base {
   /// Returns the object whose slot 0 is `p` (allocated with `size`) to the pool; later
   /// allocations reuse it, zeroed. Throws std::invalid_argument for a pointer that is not in
   /// this pool (null included), and std::logic_error for a double free, a pointer that is not
-  /// the start of a live object, or a size that differs from the allocation's; nothing changes
-  /// then. A free racing with another free of the same object is reported in one of the two.
+  /// the start of a live object, or a size that rounds to another size than the allocation's
+  /// (sizes are rounded to 8 bytes up to 256, to eight sizes per doubling above); nothing
+  /// changes then. A free racing with another free of the same object is reported in one of
+  /// the two.
   ///
   /// Zeroing a freed object writes only slots whose page is resident (mincore(2)), so untouched
   /// slots stay unpopulated; on a machine with swap configured it writes every slot that is not
@@ -202,6 +205,7 @@ class PERCPU_API pool_base {
   // fork(): every pool's mutex is held across it, so a child never inherits one locked.
   static void lock_all_for_fork() noexcept;
   static void unlock_all_after_fork() noexcept;
+  static void unlock_all_in_child() noexcept;
 
   // Slow paths (src/pool.cpp); all take mutex_.
   void* allocate_slow(std::size_t size, const void* init);
@@ -210,6 +214,7 @@ class PERCPU_API pool_base {
   // The rest run with mutex_ held, except clear_batch() (see take_small()).
   char* take_small(std::size_t cls, std::unique_lock<std::mutex>& lock);
   char* take_large(std::size_t bytes);
+  std::size_t large_bytes(std::size_t size) const noexcept;
   char* carve(std::size_t bytes);
   void add_group();
   std::size_t written_bytes(std::size_t chunks) const noexcept;

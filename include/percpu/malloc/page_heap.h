@@ -1,0 +1,98 @@
+// percpu malloc's page heap: spans (runs of 8 KiB pages) carved from memory mapped in large
+// regions, a pagemap from any address to its span, coalescing of free spans, and returning free
+// memory to the kernel (madvise). It never calls malloc: its own bookkeeping comes from mmap.
+//
+// Thread safety: allocate_span(), free_span(), map_large(), unmap_large(), release() and stats()
+// take the heap's lock; span_of() is lock-free (the pagemap only gains leaves, and entries are
+// published with release stores).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/malloc/size_classes.h"
+
+namespace percpu::malloc_impl {
+
+/// A run of pages: free, carved into objects of one size class, or one large allocation.
+struct span {
+  enum class state : std::uint8_t { free, small, large };
+  std::uintptr_t first_page = 0;  ///< address >> kPageShift
+  std::size_t pages = 0;
+  state kind = state::free;
+  std::uint8_t size_class = 0;  ///< for small spans
+  bool released = false;        ///< free and returned to the kernel (reads as zero when reused)
+  span* prev = nullptr;         ///< links of the list the span is on (free lists, central lists)
+  span* next = nullptr;
+  // Small spans: their objects' bookkeeping, kept by the central free list.
+  void* free_objects = nullptr;      ///< intrusive list of free objects
+  std::uint32_t allocated = 0;       ///< objects out of the span (in caches or with users)
+  std::uint32_t carved = 0;          ///< objects carved so far (the rest never touched)
+  unsigned char* live = nullptr;     ///< a byte per object: 1 while a user holds it
+  std::size_t requested_bytes = 0;   ///< large spans: the size asked for
+
+  char* start() const { return reinterpret_cast<char*>(first_page << kPageShift); }
+  std::size_t bytes() const { return pages << kPageShift; }
+};
+
+/// Counters of the page heap, in bytes.
+struct page_heap_stats {
+  std::size_t mapped = 0;        ///< mapped for spans (small and free) in regions
+  std::size_t in_use = 0;        ///< in small spans
+  std::size_t free = 0;          ///< in free spans still backed by memory
+  std::size_t released = 0;      ///< in free spans returned to the kernel
+  std::size_t large = 0;         ///< mapped directly for large allocations
+  std::size_t metadata = 0;      ///< mapped for the heap's own bookkeeping
+};
+
+/// The process's page heap (one instance; see page_heap()).
+class page_heap_t {
+ public:
+  /// A span of `pages` pages for a size class (kind small, size_class set by the caller), its
+  /// pages mapped to it in the pagemap. nullptr when out of memory.
+  span* allocate_span(std::size_t pages);
+
+  /// Returns a span from allocate_span() to the heap; it coalesces with free neighbours.
+  void free_span(span* s);
+
+  /// Maps `bytes` (> kMaxSmallSize) directly for a large allocation, registered in the pagemap
+  /// at its first page. nullptr when out of memory.
+  span* map_large(std::size_t bytes);
+
+  /// Unmaps a large allocation from map_large().
+  void unmap_large(span* s);
+
+  /// The span that holds address `p`, or nullptr if percpu malloc never mapped it. For a large
+  /// span only its first page is mapped.
+  span* span_of(const void* p) const noexcept;
+
+  /// Returns free spans' memory to the kernel until at most `keep_bytes` of free memory stays
+  /// backed; returns the bytes released.
+  std::size_t release(std::size_t keep_bytes);
+
+  page_heap_stats stats();
+
+  /// Bookkeeping memory for the allocator itself (zeroed, 16-byte aligned, never from malloc),
+  /// and its return. Sizes are rounded up to a power of two of at least 16 bytes; at most 1 MiB.
+  void* metadata_alloc(std::size_t bytes);
+  void metadata_free(void* p, std::size_t bytes);
+
+  /// Held across fork() by the allocator's fork handlers.
+  void lock() noexcept;
+  void unlock() noexcept;
+
+ private:
+  void set_pagemap(std::uintptr_t page, span* s);
+  span* new_span();
+  void delete_span(span* s);
+  void insert_free(span* s);
+  void remove_free(span* s);
+  span* grow(std::size_t pages);
+  void* meta_alloc_locked(std::size_t bytes);
+};
+
+/// The page heap of the process.
+page_heap_t& page_heap() noexcept;
+
+}  // namespace percpu::malloc_impl
