@@ -26,11 +26,11 @@ struct span {
   span* prev = nullptr;         ///< links of the list the span is on (free lists, central lists)
   span* next = nullptr;
   // Small spans: their objects' bookkeeping, kept by the central free list.
-  void* free_objects = nullptr;      ///< intrusive list of free objects
-  std::uint32_t allocated = 0;       ///< objects out of the span (in caches or with users)
-  std::uint32_t carved = 0;          ///< objects carved so far (the rest never touched)
-  unsigned char* live = nullptr;     ///< a byte per object: 1 while a user holds it
-  std::size_t requested_bytes = 0;   ///< large spans: the size asked for
+  void* free_objects = nullptr;     ///< intrusive list of free objects
+  std::uint32_t allocated = 0;      ///< objects out of the span (in caches or with users)
+  std::uint32_t carved = 0;         ///< objects carved so far (the rest never touched)
+  unsigned char* live = nullptr;    ///< a byte per object: 1 while a user holds it
+  std::size_t requested_bytes = 0;  ///< large spans: the size asked for
 
   char* start() const { return reinterpret_cast<char*>(first_page << kPageShift); }
   std::size_t bytes() const { return pages << kPageShift; }
@@ -38,12 +38,12 @@ struct span {
 
 /// Counters of the page heap, in bytes.
 struct page_heap_stats {
-  std::size_t mapped = 0;        ///< mapped for spans (small and free) in regions
-  std::size_t in_use = 0;        ///< in small spans
-  std::size_t free = 0;          ///< in free spans still backed by memory
-  std::size_t released = 0;      ///< in free spans returned to the kernel
-  std::size_t large = 0;         ///< mapped directly for large allocations
-  std::size_t metadata = 0;      ///< mapped for the heap's own bookkeeping
+  std::size_t mapped = 0;    ///< mapped for spans (small and free) in regions
+  std::size_t in_use = 0;    ///< in small spans
+  std::size_t free = 0;      ///< in free spans still backed by memory
+  std::size_t released = 0;  ///< in free spans returned to the kernel
+  std::size_t large = 0;     ///< mapped directly for large allocations
+  std::size_t metadata = 0;  ///< mapped for the heap's own bookkeeping
 };
 
 /// The process's page heap (one instance; see page_heap()).

@@ -1,0 +1,111 @@
+// percpu malloc's page heap: spans are found from any of their pages, free spans coalesce,
+// large mappings come and go, and free memory is returned to the kernel. The heap is
+// process-wide, so the checks are on deltas and on the spans each test owns.
+#include <gtest/gtest.h>
+
+#include <percpu/malloc/page_heap.h>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using namespace percpu::malloc_impl;
+
+TEST(MallocPageHeap, EveryPageOfASpanMapsToIt) {
+  page_heap_t& heap = page_heap();
+  for (std::size_t pages : {1u, 2u, 7u, 128u, 129u, 3000u}) {
+    span* s = heap.allocate_span(pages);
+    ASSERT_NE(s, nullptr) << pages;
+    EXPECT_EQ(s->pages, pages);
+    EXPECT_EQ(s->kind, span::state::small);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(s->start()) % kPageSize, 0u);
+    for (std::size_t i = 0; i < pages; ++i) {
+      ASSERT_EQ(heap.span_of(s->start() + i * kPageSize), s) << pages << " page " << i;
+      ASSERT_EQ(heap.span_of(s->start() + i * kPageSize + kPageSize - 1), s);
+    }
+    s->start()[0] = 1;  // usable memory
+    s->start()[s->bytes() - 1] = 1;
+    heap.free_span(s);
+  }
+  EXPECT_EQ(heap.span_of(nullptr), nullptr);
+  int on_stack = 0;
+  EXPECT_EQ(heap.span_of(&on_stack), nullptr);
+  EXPECT_EQ(heap.span_of(reinterpret_cast<void*>(~std::uintptr_t{0})), nullptr);
+}
+
+TEST(MallocPageHeap, FreeNeighboursCoalesce) {
+  page_heap_t& heap = page_heap();
+  // A long span split into three: freeing them in any order leaves one free span again.
+  span* whole = heap.allocate_span(30);
+  ASSERT_NE(whole, nullptr);
+  char* start = whole->start();
+  heap.free_span(whole);
+  span* a = heap.allocate_span(10);
+  span* b = heap.allocate_span(10);
+  span* c = heap.allocate_span(10);
+  ASSERT_TRUE(a && b && c);
+  ASSERT_EQ(a->start(), start);  // the same pages again, carved in order
+  ASSERT_EQ(b->start(), start + 10 * kPageSize);
+  ASSERT_EQ(c->start(), start + 20 * kPageSize);
+  heap.free_span(b);
+  heap.free_span(a);
+  heap.free_span(c);
+  span* merged = heap.span_of(start);
+  ASSERT_NE(merged, nullptr);
+  EXPECT_EQ(merged->kind, span::state::free);
+  EXPECT_GE(merged->pages, 30u);
+  EXPECT_EQ(heap.span_of(start + 29 * kPageSize), merged);
+}
+
+TEST(MallocPageHeap, LargeMappingsAreFoundAndUnmapped) {
+  page_heap_t& heap = page_heap();
+  const std::size_t before = heap.stats().large;
+  span* s = heap.map_large(1000000);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->kind, span::state::large);
+  EXPECT_EQ(s->requested_bytes, 1000000u);
+  EXPECT_GE(s->bytes(), 1000000u);
+  EXPECT_EQ(heap.span_of(s->start()), s);
+  EXPECT_EQ(heap.stats().large, before + s->bytes());
+  char* p = s->start();
+  p[999999] = 1;
+  heap.unmap_large(s);
+  EXPECT_EQ(heap.span_of(p), nullptr);
+  EXPECT_EQ(heap.stats().large, before);
+  EXPECT_EQ(heap.map_large(std::size_t{1} << 60), nullptr);  // absurd: refused, not a crash
+}
+
+TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
+  page_heap_t& heap = page_heap();
+  span* s = heap.allocate_span(256);  // 2 MiB
+  ASSERT_NE(s, nullptr);
+  std::memset(s->start(), 1, s->bytes());
+  heap.free_span(s);
+  EXPECT_GE(heap.stats().free, 256 * kPageSize);
+  EXPECT_GE(heap.release(0), 256 * kPageSize);
+  const page_heap_stats after = heap.stats();
+  EXPECT_EQ(after.free, 0u);
+  EXPECT_GE(after.released, 256 * kPageSize);
+  span* again = heap.allocate_span(256);  // released memory reads as zero
+  ASSERT_NE(again, nullptr);
+  std::vector<char> zero(again->bytes(), 0);
+  EXPECT_EQ(std::memcmp(again->start(), zero.data(), zero.size()), 0);
+  heap.free_span(again);
+}
+
+TEST(MallocPageHeap, MetadataIsZeroedAndRecycled) {
+  page_heap_t& heap = page_heap();
+  auto* p = static_cast<unsigned char*>(heap.metadata_alloc(100));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(p[i], 0);
+  std::memset(p, 0xff, 100);
+  heap.metadata_free(p, 100);
+  auto* q = static_cast<unsigned char*>(heap.metadata_alloc(128));
+  EXPECT_EQ(q, p);  // same bucket, recycled
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(q[i], 0);
+  heap.metadata_free(q, 128);
+  EXPECT_EQ(heap.metadata_alloc((std::size_t{1} << 20) + 1), nullptr);
+}
+
+}  // namespace
