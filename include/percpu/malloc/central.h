@@ -1,0 +1,52 @@
+// percpu malloc's middle end, per size class: a transfer cache of whole batches (where the
+// per-CPU caches' refills and flushes usually end), and a central free list of spans carved into
+// objects, which takes spans from the page heap and gives empty ones back.
+//
+// Thread safety: one lock per size class. Nothing here calls malloc, and all state is
+// zero-initialized at load (usable before constructors run).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/malloc/page_heap.h"
+#include "percpu/malloc/size_classes.h"
+
+namespace percpu::malloc_impl {
+
+/// Whole batches a size class's transfer cache holds.
+inline constexpr std::size_t kTransferBatches = 64;
+/// Largest batch of any class (size_class_info::batch).
+inline constexpr std::size_t kMaxBatch = 32;
+
+/// Counters of one size class's middle end.
+struct central_stats {
+  std::size_t spans = 0;             ///< spans carved into this class's objects
+  std::size_t free_in_spans = 0;     ///< objects free in those spans (uncarved included)
+  std::size_t transfer_objects = 0;  ///< objects in the transfer cache
+};
+
+/// Takes up to `n` (at most kMaxBatch) free objects of class `cls` (1 .. kClassCount - 1) into
+/// `out`; returns how many, 0 only when out of memory.
+std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
+
+/// Gives back `n` (at most kMaxBatch) free objects of class `cls`. Their first 8 bytes are
+/// overwritten (the free list's link).
+void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
+
+/// The object index of `p` in small span `s`, or -1 when `p` is not the start of one of its
+/// objects (an interior pointer).
+inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
+  const std::size_t size = kClasses[s.size_class].size;
+  const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - s.start());
+  const std::size_t index = off / size;
+  return index * size == off ? static_cast<std::ptrdiff_t>(index) : -1;
+}
+
+central_stats central_stats_of(std::size_t cls) noexcept;
+
+/// Every class's lock, taken across fork() by the allocator's fork handlers.
+void central_lock_all() noexcept;
+void central_unlock_all() noexcept;
+
+}  // namespace percpu::malloc_impl

@@ -1,0 +1,146 @@
+// percpu malloc's transfer caches and central free lists (see central.h).
+#include "percpu/malloc/central.h"
+
+#include <pthread.h>
+
+#include <cstring>
+
+namespace percpu::malloc_impl {
+namespace {
+
+struct class_state {
+  pthread_mutex_t lock;  // all-zero is PTHREAD_MUTEX_INITIALIZER on glibc
+  std::size_t batches;   // full batches in `transfer`
+  void* transfer[kTransferBatches][kMaxBatch];
+  span* nonempty;  // spans with free or never-carved objects, doubly linked
+  std::size_t spans;
+  std::size_t free_in_spans;
+};
+
+class_state g_classes[kClassCount];
+
+class locked {
+ public:
+  explicit locked(class_state& c) : c_(c) { pthread_mutex_lock(&c_.lock); }
+  ~locked() { pthread_mutex_unlock(&c_.lock); }
+  locked(const locked&) = delete;
+  locked& operator=(const locked&) = delete;
+
+ private:
+  class_state& c_;
+};
+
+void push_front(span*& list, span* s) {
+  s->prev = nullptr;
+  s->next = list;
+  if (list != nullptr) list->prev = s;
+  list = s;
+}
+
+void unlink(span*& list, span* s) {
+  if (s->prev != nullptr) {
+    s->prev->next = s->next;
+  } else {
+    list = s->next;
+  }
+  if (s->next != nullptr) s->next->prev = s->prev;
+  s->prev = s->next = nullptr;
+}
+
+// A new span carved into objects of `cls`, on the nonempty list; nullptr without memory.
+span* new_span(class_state& c, std::size_t cls) {
+  const size_class_info& info = kClasses[cls];
+  span* s = page_heap().allocate_span(info.pages);
+  if (s == nullptr) return nullptr;
+  s->live = static_cast<unsigned char*>(page_heap().metadata_alloc(info.objects_per_span()));
+  if (s->live == nullptr) {
+    page_heap().free_span(s);
+    return nullptr;
+  }
+  s->size_class = static_cast<std::uint8_t>(cls);
+  push_front(c.nonempty, s);
+  ++c.spans;
+  c.free_in_spans += info.objects_per_span();
+  return s;
+}
+
+// One object out of span `s` (which has one): a freed one, else the next never-carved one.
+void* take_from(class_state& c, span* s, const size_class_info& info) {
+  void* p;
+  if (s->free_objects != nullptr) {
+    p = s->free_objects;
+    s->free_objects = *static_cast<void**>(p);
+  } else {
+    p = s->start() + static_cast<std::size_t>(s->carved) * info.size;
+    ++s->carved;
+  }
+  ++s->allocated;
+  --c.free_in_spans;
+  if (s->free_objects == nullptr && s->carved == info.objects_per_span()) unlink(c.nonempty, s);
+  return p;
+}
+
+void give_back(class_state& c, void* p, const size_class_info& info) {
+  span* s = page_heap().span_of(p);
+  const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
+  *static_cast<void**>(p) = s->free_objects;
+  s->free_objects = p;
+  --s->allocated;
+  ++c.free_in_spans;
+  if (was_full) push_front(c.nonempty, s);
+  if (s->allocated == 0) {  // every object is back: the pages go back to the page heap
+    unlink(c.nonempty, s);
+    --c.spans;
+    c.free_in_spans -= info.objects_per_span();
+    page_heap().metadata_free(s->live, info.objects_per_span());
+    page_heap().free_span(s);
+  }
+}
+
+}  // namespace
+
+std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept {
+  class_state& c = g_classes[cls];
+  const size_class_info& info = kClasses[cls];
+  locked l(c);
+  if (n == info.batch && c.batches > 0) {
+    --c.batches;
+    std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
+    return n;
+  }
+  std::size_t got = 0;
+  while (got < n) {
+    span* s = c.nonempty != nullptr ? c.nonempty : new_span(c, cls);
+    if (s == nullptr) break;
+    out[got++] = take_from(c, s, info);
+  }
+  return got;
+}
+
+void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept {
+  class_state& c = g_classes[cls];
+  const size_class_info& info = kClasses[cls];
+  locked l(c);
+  if (n == info.batch && c.batches < kTransferBatches) {
+    std::memcpy(c.transfer[c.batches], objects, n * sizeof(void*));
+    ++c.batches;
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info);
+}
+
+central_stats central_stats_of(std::size_t cls) noexcept {
+  class_state& c = g_classes[cls];
+  locked l(c);
+  return central_stats{c.spans, c.free_in_spans, c.batches * kClasses[cls].batch};
+}
+
+void central_lock_all() noexcept {
+  for (class_state& c : g_classes) pthread_mutex_lock(&c.lock);
+}
+
+void central_unlock_all() noexcept {
+  for (class_state& c : g_classes) pthread_mutex_unlock(&c.lock);
+}
+
+}  // namespace percpu::malloc_impl
