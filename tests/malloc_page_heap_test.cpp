@@ -69,10 +69,20 @@ TEST(MallocPageHeap, LargeMappingsAreFoundAndUnmapped) {
   EXPECT_EQ(heap.stats().large, before + s->bytes());
   char* p = s->start();
   p[999999] = 1;
-  heap.unmap_large(s);
+  EXPECT_FALSE(heap.unmap_large(p + kPageSize));  // not its user pointer: refused
+  EXPECT_TRUE(heap.unmap_large(p));
+  EXPECT_FALSE(heap.unmap_large(p));  // a second time: refused
   EXPECT_EQ(heap.span_of(p), nullptr);
   EXPECT_EQ(heap.stats().large, before);
   EXPECT_EQ(heap.map_large(std::size_t{1} << 60), nullptr);  // absurd: refused, not a crash
+  // Alignments above a page move the user pointer up.
+  span* aligned = heap.map_large(300000, std::size_t{1} << 20);
+  ASSERT_NE(aligned, nullptr);
+  char* user = aligned->start() + aligned->offset;
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(user) % (std::size_t{1} << 20), 0u);
+  EXPECT_GE(aligned->bytes() - aligned->offset, 300000u);
+  EXPECT_EQ(heap.span_of(user), aligned);
+  EXPECT_TRUE(heap.unmap_large(user));
 }
 
 TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {

@@ -259,11 +259,15 @@ void page_heap_t::free_span(span* s) {
   insert_free(s);
 }
 
-span* page_heap_t::map_large(std::size_t bytes) {
-  const std::size_t pages = (bytes + kPageSize - 1) >> kPageShift;
-  if (pages == 0 || pages > (std::size_t{1} << (47 - kPageShift))) return nullptr;
+span* page_heap_t::map_large(std::size_t bytes, std::size_t alignment) {
+  constexpr std::size_t kMaxBytes = std::size_t{1} << 46;
+  if (alignment < kPageSize) alignment = kPageSize;
+  if (bytes == 0 || bytes > kMaxBytes || alignment > kMaxBytes) return nullptr;
+  const std::size_t extra = alignment - kPageSize;  // room to move the user pointer up
+  const std::size_t pages = (bytes + extra + kPageSize - 1) >> kPageShift;
   char* base = map_aligned(pages << kPageShift);
   if (base == nullptr) return nullptr;
+  const auto user = (reinterpret_cast<std::uintptr_t>(base) + alignment - 1) & ~(alignment - 1);
   locked l;
   span* s = new_span();
   if (s == nullptr) {
@@ -274,8 +278,9 @@ span* page_heap_t::map_large(std::size_t bytes) {
   s->pages = pages;
   s->kind = span::state::large;
   s->requested_bytes = bytes;
-  set_pagemap(s->first_page, s);
-  if (span_of(base) != s) {  // no memory for the pagemap leaf
+  s->offset = user - reinterpret_cast<std::uintptr_t>(base);
+  set_pagemap(user >> kPageShift, s);
+  if (span_of(reinterpret_cast<void*>(user)) != s) {  // no memory for the pagemap leaf
     munmap(base, pages << kPageShift);
     delete_span(s);
     return nullptr;
@@ -284,12 +289,15 @@ span* page_heap_t::map_large(std::size_t bytes) {
   return s;
 }
 
-void page_heap_t::unmap_large(span* s) {
+bool page_heap_t::unmap_large(const void* p) {
   locked l;
-  set_pagemap(s->first_page, nullptr);
+  span* s = span_of(p);
+  if (s == nullptr || s->kind != span::state::large || s->start() + s->offset != p) return false;
+  set_pagemap(reinterpret_cast<std::uintptr_t>(p) >> kPageShift, nullptr);
   munmap(s->start(), s->bytes());
   g_stats.large -= s->bytes();
   delete_span(s);
+  return true;
 }
 
 std::size_t page_heap_t::release(std::size_t keep_bytes) {

@@ -31,6 +31,7 @@ struct span {
   std::uint32_t carved = 0;         ///< objects carved so far (the rest never touched)
   unsigned char* live = nullptr;    ///< a byte per object: 1 while a user holds it
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for
+  std::size_t offset = 0;           ///< large spans: user pointer = start() + offset
 
   char* start() const { return reinterpret_cast<char*>(first_page << kPageShift); }
   std::size_t bytes() const { return pages << kPageShift; }
@@ -56,12 +57,14 @@ class page_heap_t {
   /// Returns a span from allocate_span() to the heap; it coalesces with free neighbours.
   void free_span(span* s);
 
-  /// Maps `bytes` (> kMaxSmallSize) directly for a large allocation, registered in the pagemap
-  /// at its first page. nullptr when out of memory.
-  span* map_large(std::size_t bytes);
+  /// Maps `bytes` directly for a large allocation whose user pointer, start() + offset, is
+  /// aligned on `alignment` (a power of two); registered in the pagemap at the user pointer's
+  /// page. nullptr when out of memory or for absurd sizes.
+  span* map_large(std::size_t bytes, std::size_t alignment = kPageSize);
 
-  /// Unmaps a large allocation from map_large().
-  void unmap_large(span* s);
+  /// Unmaps the large allocation whose user pointer is `p`. Returns false, changing nothing,
+  /// when `p` is not (or no longer) such a pointer: a double or invalid free.
+  bool unmap_large(const void* p);
 
   /// The span that holds address `p`, or nullptr if percpu malloc never mapped it. For a large
   /// span only its first page is mapped.
