@@ -1,0 +1,38 @@
+// percpu malloc's allocation functions, with malloc's semantics, under percpu names: the
+// interposing library (libpercpu_malloc.so, to come) maps malloc, free and the rest onto these.
+//
+// Small sizes (up to kMaxSmallSize) come from the per-CPU caches, refilled and flushed in
+// batches through the transfer caches and central free lists; larger ones are mapped directly.
+// Faults (a double free, a pointer percpu malloc never returned, an interior pointer) stop the
+// process with a message naming the fault and the pointer, as glibc does.
+#pragma once
+
+#include <cstddef>
+
+namespace percpu::malloc_impl {
+
+/// malloc(3): at least `size` bytes aligned on 16; nullptr with errno ENOMEM when out of memory
+/// or for absurd sizes. Size 0 returns a unique minimum-size object.
+void* allocate(std::size_t size) noexcept;
+
+/// free(3): returns `p` (null: nothing). Stops the process on a fault (see above).
+void deallocate(void* p) noexcept;
+
+/// calloc(3): `count` x `size` zeroed bytes; nullptr with ENOMEM when the product overflows.
+void* allocate_zeroed(std::size_t count, std::size_t size) noexcept;
+
+/// realloc(3): grows or shrinks `p` to `size` bytes, keeping the contents up to the smaller
+/// size; in place when the object already has room and would not waste more than half of it.
+/// realloc(p, 0) frees `p` and returns nullptr (glibc's behaviour); on failure `p` is intact.
+void* reallocate(void* p, std::size_t size) noexcept;
+
+/// memalign(3)/aligned_alloc(3): `size` bytes aligned on `alignment` (a power of two; smaller
+/// ones than 16 mean 16). nullptr with EINVAL for an alignment that is not a power of two,
+/// ENOMEM when out of memory.
+void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept;
+
+/// malloc_usable_size(3): the bytes usable at `p` (0 for null). Stops the process for a
+/// pointer percpu malloc did not return.
+std::size_t usable_size(const void* p) noexcept;
+
+}  // namespace percpu::malloc_impl

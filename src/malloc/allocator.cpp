@@ -1,0 +1,200 @@
+// percpu malloc's allocation functions (see allocator.h): size class lookup, the per-CPU cache
+// fast paths, batch refills and flushes, the live byte that catches double frees, large
+// mappings, and the fatal fault reports.
+#include "percpu/malloc/allocator.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "percpu/malloc/central.h"
+#include "percpu/malloc/cpu_cache.h"
+#include "percpu/malloc/page_heap.h"
+
+namespace percpu::malloc_impl {
+namespace {
+
+// Depth of allocator calls on this thread. The per-CPU caches are used only at depth 0: the
+// first use of the percpu runtime on a thread may allocate, and those nested allocations go to
+// the central lists instead of recursing into the runtime.
+__attribute__((tls_model("initial-exec"))) thread_local int t_depth = 0;
+
+class nested {
+ public:
+  nested() noexcept { ++t_depth; }
+  ~nested() { --t_depth; }
+  nested(const nested&) = delete;
+  nested& operator=(const nested&) = delete;
+};
+
+// Writes "percpu malloc: <what> (0x<p>)" to stderr and aborts, without allocating.
+[[noreturn]] void fatal(const char* what, const void* p) noexcept {
+  char line[160];
+  std::size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s != '\0' && n < sizeof line - 1) line[n++] = *s++;
+  };
+  put("percpu malloc: ");
+  put(what);
+  put(" (0x");
+  char hex[17];
+  auto v = reinterpret_cast<std::uintptr_t>(p);
+  int k = 16;
+  hex[k] = '\0';
+  do {
+    hex[--k] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0 && k > 0);
+  put(hex + k);
+  put(")\n");
+  if (write(STDERR_FILENO, line, n) < 0) {
+  }
+  std::abort();
+}
+
+void mark_live(void* p) noexcept {
+  span* s = page_heap().span_of(p);
+  __atomic_store_n(&s->live[object_index(*s, p)], 1, __ATOMIC_RELAXED);
+}
+
+// A batch from the central lists: one object for the caller, the rest onto this index's stack.
+void* refill(std::size_t cls) noexcept {
+  void* batch[kMaxBatch];
+  const std::size_t n = central_remove(cls, batch, kClasses[cls].batch);
+  if (n == 0) return nullptr;
+  const std::size_t pushed = cache_push_many(cls, batch + 1, n - 1);
+  if (1 + pushed < n) central_insert(cls, batch + 1 + pushed, n - 1 - pushed);
+  return batch[0];
+}
+
+void* allocate_small(std::size_t cls) noexcept {
+  void* p = nullptr;
+  if (t_depth == 0) {
+    nested guard;
+    if (cache_init()) {
+      p = cache_pop(cls);
+      if (p == nullptr) p = refill(cls);
+    }
+  }
+  if (p == nullptr && central_remove(cls, &p, 1) == 0) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  mark_live(p);
+  return p;
+}
+
+// Returns a freed object: onto this index's stack, flushing a batch to the central lists when
+// the stack is full.
+void give_back(std::size_t cls, void* p) noexcept {
+  if (t_depth == 0) {
+    nested guard;
+    if (cache_init()) {
+      if (cache_push(cls, p)) return;
+      void* batch[kMaxBatch];
+      const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
+      central_insert(cls, batch, n);
+      if (cache_push(cls, p)) return;
+    }
+  }
+  central_insert(cls, &p, 1);
+}
+
+void* allocate_large(std::size_t size, std::size_t alignment) noexcept {
+  span* s = page_heap().map_large(size, alignment);
+  if (s == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return s->start() + s->offset;
+}
+
+// The span of a pointer being freed or measured; stops the process when there is none.
+span& span_or_die(const void* p, const char* call) noexcept {
+  span* s = page_heap().span_of(p);
+  if (s == nullptr || s->kind == span::state::free) {
+    // The message names the call; the fault is the same for all of them.
+    if (std::strcmp(call, "free") == 0)
+      fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
+    fatal("malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)", p);
+  }
+  return *s;
+}
+
+}  // namespace
+
+void* allocate(std::size_t size) noexcept {
+  const std::size_t cls = size_class_of(size);
+  return cls != 0 ? allocate_small(cls) : allocate_large(size, kPageSize);
+}
+
+void deallocate(void* p) noexcept {
+  if (p == nullptr) return;
+  span& s = span_or_die(p, "free");
+  if (s.kind == span::state::large) {
+    if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+    return;
+  }
+  const std::ptrdiff_t index = object_index(s, p);
+  if (index < 0) fatal("free(): invalid pointer, inside an object", p);
+  unsigned char live = 1;
+  // One compare-and-swap: of two racing frees of one object, exactly one gets past it.
+  if (!__atomic_compare_exchange_n(&s.live[index], &live, 0, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_RELAXED))
+    fatal("free(): double free, or a pointer that is not allocated", p);
+  give_back(s.size_class, p);
+}
+
+void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
+  std::size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  void* p = allocate(bytes);
+  // Large allocations are fresh mappings: already zero.
+  if (p != nullptr && size_class_of(bytes) != 0) std::memset(p, 0, bytes);
+  return p;
+}
+
+void* reallocate(void* p, std::size_t size) noexcept {
+  if (p == nullptr) return allocate(size);
+  if (size == 0) {
+    deallocate(p);
+    return nullptr;
+  }
+  const std::size_t old = usable_size(p);
+  if (size <= old && size >= old / 2) return p;
+  void* q = allocate(size);
+  if (q == nullptr) return nullptr;
+  std::memcpy(q, p, size < old ? size : old);
+  deallocate(p);
+  return q;
+}
+
+void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (alignment <= kAlignment) return allocate(size);
+  if (alignment <= kPageSize) {
+    // Spans start on a page, so every object of a class whose size is a multiple of the
+    // alignment is aligned.
+    for (std::size_t cls = size_class_of(size < alignment ? alignment : size);
+         cls != 0 && cls < kClassCount; ++cls)
+      if (kClasses[cls].size % alignment == 0) return allocate_small(cls);
+  }
+  return allocate_large(size, alignment);
+}
+
+std::size_t usable_size(const void* p) noexcept {
+  if (p == nullptr) return 0;
+  const span& s = span_or_die(p, "malloc_usable_size");
+  if (s.kind == span::state::large) return s.bytes() - s.offset;
+  return kClasses[s.size_class].size;
+}
+
+}  // namespace percpu::malloc_impl

@@ -1,0 +1,159 @@
+// percpu malloc's allocation functions, called directly (the interposing library is to come):
+// sizes, alignment, reuse, calloc/realloc/memalign semantics, fault reports, and cross-thread
+// frees.
+#include <gtest/gtest.h>
+
+#include <percpu/malloc/allocator.h>
+#include <percpu/malloc/size_classes.h>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace percpu::malloc_impl;
+
+TEST(MallocAllocator, EverySizeIsAlignedUsableAndWritable) {
+  for (std::size_t size :
+       {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
+        std::size_t{1000}, kMaxSmallSize, kMaxSmallSize + 1, std::size_t{10} << 20}) {
+    auto* p = static_cast<unsigned char*>(allocate(size));
+    ASSERT_NE(p, nullptr) << size;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 16, 0u) << size;
+    EXPECT_GE(usable_size(p), size);
+    std::memset(p, 0xab, usable_size(p));
+    deallocate(p);
+  }
+  deallocate(nullptr);
+  EXPECT_EQ(usable_size(nullptr), 0u);
+}
+
+TEST(MallocAllocator, LiveObjectsAreDistinctAndFreedOnesReused) {
+  std::vector<void*> live;
+  std::set<void*> seen;
+  for (int i = 0; i < 5000; ++i) {
+    live.push_back(allocate(48));
+    ASSERT_TRUE(seen.insert(live.back()).second) << i;
+  }
+  for (void* p : live) deallocate(p);
+  std::size_t reused = 0;
+  for (int i = 0; i < 5000; ++i) {
+    void* p = allocate(48);
+    reused += seen.count(p);
+    live[static_cast<std::size_t>(i)] = p;
+  }
+  EXPECT_GT(reused, 4000u);  // freed memory serves new allocations
+  for (void* p : live) deallocate(p);
+}
+
+TEST(MallocAllocator, CallocReallocAndMemalignKeepTheirPromises) {
+  auto* dirty = static_cast<unsigned char*>(allocate(100));
+  std::memset(dirty, 0xff, 100);
+  deallocate(dirty);
+  for (int i = 0; i < 100; ++i) {
+    auto* z = static_cast<unsigned char*>(allocate_zeroed(10, 10));
+    for (int k = 0; k < 100; ++k) ASSERT_EQ(z[k], 0);
+    std::memset(z, 0xff, 100);
+    deallocate(z);
+  }
+  errno = 0;
+  EXPECT_EQ(allocate_zeroed(SIZE_MAX / 2, 3), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(allocate(SIZE_MAX - 4096), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+
+  auto* r = static_cast<unsigned char*>(reallocate(nullptr, 10));
+  for (int k = 0; k < 10; ++k) r[k] = static_cast<unsigned char>(k);
+  for (std::size_t size : {100u, 5000u, 300000u, 20u}) {
+    r = static_cast<unsigned char*>(reallocate(r, size));
+    ASSERT_NE(r, nullptr);
+    for (int k = 0; k < 10; ++k) ASSERT_EQ(r[k], k) << size;
+  }
+  EXPECT_EQ(reallocate(r, 0), nullptr);  // frees
+
+  for (std::size_t alignment = 32; alignment <= (std::size_t{1} << 20); alignment *= 2) {
+    for (std::size_t size : {std::size_t{1}, std::size_t{100}, std::size_t{70000}}) {
+      void* a = allocate_aligned(alignment, size);
+      ASSERT_NE(a, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % alignment, 0u) << alignment << " " << size;
+      EXPECT_GE(usable_size(a), size);
+      std::memset(a, 1, size);
+      deallocate(a);
+    }
+  }
+  errno = 0;
+  EXPECT_EQ(allocate_aligned(24, 10), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+using MallocAllocatorDeathTest = ::testing::Test;
+
+TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        void* p = allocate(64);
+        deallocate(p);
+        deallocate(p);
+      },
+      "percpu malloc: free\\(\\): double free");
+  EXPECT_DEATH(
+      {
+        void* p = allocate(64);
+        deallocate(static_cast<char*>(p) + 16);
+      },
+      "inside an object");
+  EXPECT_DEATH(
+      {
+        int on_stack = 0;
+        deallocate(&on_stack);
+      },
+      "free\\(\\): invalid pointer \\(not from percpu malloc");
+  EXPECT_DEATH(
+      {
+        void* p = allocate(1 << 20);
+        deallocate(p);
+        deallocate(p);
+      },
+      "invalid pointer \\(not from percpu malloc, or already freed\\)");
+}
+
+// Objects allocated on one thread are freed on another, more threads than CPUs: each object
+// is held by one owner at a time (its tag survives), and nothing is handed out twice.
+TEST(MallocAllocator, CrossThreadFreesNeverShareAnObject) {
+  constexpr int kThreads = 6, kRounds = 20000, kMailboxes = 8;
+  std::atomic<std::intptr_t> mailbox[kMailboxes] = {};
+  std::atomic<long> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        const std::size_t size = 24 + static_cast<std::size_t>((i * 37 + t) % 2000);
+        auto* p = static_cast<std::uint64_t*>(allocate(size));
+        const std::uint64_t tag = (std::uint64_t(t) << 32) | static_cast<std::uint64_t>(i + 1);
+        p[0] = tag;
+        p[1] = size;
+        p[2] = tag;
+        if (i % 1000 == 0) std::this_thread::yield();
+        if (p[0] != tag || p[2] != tag) errors.fetch_add(1);  // nobody else got our object
+        const auto other = mailbox[(i + t) % kMailboxes].exchange(
+            reinterpret_cast<std::intptr_t>(p), std::memory_order_acq_rel);
+        if (other != 0) {  // another thread's object, ours now
+          auto* o = reinterpret_cast<std::uint64_t*>(other);
+          if (o[0] != o[2] || usable_size(o) < o[1]) errors.fetch_add(1);
+          deallocate(o);
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (auto& m : mailbox)
+    if (const auto left = m.load()) deallocate(reinterpret_cast<void*>(left));
+  EXPECT_EQ(errors.load(), 0);
+}
+
+}  // namespace
