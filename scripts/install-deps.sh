@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages percpu builds, tests and benchmarks with.
+# Installs the Debian 12 packages percpu builds, tests and benchmarks with (python3, sqlite3
+# and git: the real programs the malloc tests run under LD_PRELOAD).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -7,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
+  python3 sqlite3 git
 )
 
 missing=()

@@ -349,6 +349,14 @@ void initialize() noexcept {
   while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
 }
 
+bool try_initialize() noexcept {
+  const int state = g_init_state.load(std::memory_order_acquire);
+  if (state == 2) return true;
+  if (state == 1) return false;
+  initialize();  // a thread that wins the race with us initializes; we wait for it
+  return true;
+}
+
 int current_cpu_slow() noexcept {
   initialize();
   if (ensure_registered()) {

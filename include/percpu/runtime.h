@@ -104,6 +104,11 @@ inline constexpr std::uint32_t kUninitialized = 3;
 /// Initializes percpu (idempotent, thread-safe). Runs from a constructor before main as well.
 PERCPU_API void initialize() noexcept;
 
+/// Initializes like initialize() unless initialization is already under way (possibly further up
+/// this thread's stack: an allocator that initialization itself calls into). Returns true once
+/// initialized, false while another initialization runs.
+PERCPU_API bool try_initialize() noexcept;
+
 /// Slow paths of the getcpu cache: initialize, register this thread, or ask the kernel.
 PERCPU_API int current_cpu_slow() noexcept;
 PERCPU_API int current_node_slow() noexcept;

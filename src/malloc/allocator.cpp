@@ -3,6 +3,7 @@
 // mappings, and the fatal fault reports.
 #include "percpu/malloc/allocator.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -121,6 +122,24 @@ span& span_or_die(const void* p, const char* call) noexcept {
     fatal("malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)", p);
   }
   return *s;
+}
+
+// fork(): the central lists' locks and the page heap's lock are held across it (in that order,
+// the order the slow paths take them), so a child never inherits one held by a thread that does
+// not exist there. The per-CPU caches need nothing: a section interrupted by fork() never
+// committed.
+void lock_for_fork() noexcept {
+  central_lock_all();
+  page_heap().lock();
+}
+
+void unlock_after_fork() noexcept {
+  page_heap().unlock();
+  central_unlock_all();
+}
+
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 }  // namespace

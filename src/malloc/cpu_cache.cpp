@@ -34,8 +34,16 @@ std::intptr_t* stack_of(int index, std::size_t cls) noexcept {
 }  // namespace
 
 bool cache_init() noexcept {
+  // During a switch to fallback mode every operation waits for the switch, and the switching
+  // thread itself allocates: until it is done, the central lists serve.
+  if (__atomic_load_n(&percpu::detail::g_hot.fallback, __ATOMIC_ACQUIRE) ==
+      percpu::detail::kSwitching)
+    return false;
   if (g_regions.load(std::memory_order_acquire) != nullptr) return true;
-  const int indices = index_space<kMode>();  // initializes the runtime (which may allocate)
+  // The runtime's initialization allocates: while it runs (maybe further up this stack), the
+  // caches are not used, and the operations below would wait for it.
+  if (!percpu::detail::try_initialize()) return false;
+  const int indices = index_space<kMode>();
   const std::size_t bytes =
       static_cast<std::size_t>(indices) * kRegionWords * sizeof(std::intptr_t);
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,

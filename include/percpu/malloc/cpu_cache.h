@@ -20,8 +20,9 @@ constexpr std::size_t cache_capacity(std::size_t cls) {
 }
 
 /// Makes the caches ready (maps them, and lets the percpu runtime initialize). Returns false
-/// when they cannot be used (out of memory): callers then use the central lists. The first
-/// call may allocate (the runtime reads the topology): call it only where malloc may recurse.
+/// when they cannot be used now: out of memory, the runtime's initialization or a switch to
+/// fallback mode under way (both allocate, maybe further up this thread's stack); callers then
+/// use the central lists. The first call may allocate: call it only where malloc may recurse.
 bool cache_init() noexcept;
 
 /// Pops a cached object of `cls` on the calling thread's index; nullptr when that stack is

@@ -1,0 +1,170 @@
+// libpercpu_malloc.so: the C allocation API and every C++ operator new/delete form, mapped onto
+// percpu malloc's functions (allocator.h). Use it with LD_PRELOAD, or link it before libc.
+#include <errno.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+#include "percpu/malloc/allocator.h"
+
+namespace pm = percpu::malloc_impl;
+
+#define PERCPU_EXPORT extern "C" __attribute__((visibility("default")))
+
+PERCPU_EXPORT void* malloc(std::size_t size) noexcept {
+  return pm::allocate(size);
+}
+
+PERCPU_EXPORT void free(void* p) noexcept {
+  pm::deallocate(p);
+}
+
+PERCPU_EXPORT void* calloc(std::size_t count, std::size_t size) noexcept {
+  return pm::allocate_zeroed(count, size);
+}
+
+PERCPU_EXPORT void* realloc(void* p, std::size_t size) noexcept {
+  return pm::reallocate(p, size);
+}
+
+PERCPU_EXPORT void* reallocarray(void* p, std::size_t count, std::size_t size) noexcept {
+  std::size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return pm::reallocate(p, bytes);
+}
+
+PERCPU_EXPORT int posix_memalign(void** out, std::size_t alignment, std::size_t size) noexcept {
+  // POSIX: a power of two and a multiple of sizeof(void*); errors are returned, errno kept.
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
+  const int saved = errno;
+  void* p = pm::allocate_aligned(alignment, size);
+  if (p == nullptr) {
+    const int err = errno;
+    errno = saved;
+    return err;
+  }
+  *out = p;
+  return 0;
+}
+
+PERCPU_EXPORT void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  return pm::allocate_aligned(alignment, size);
+}
+
+PERCPU_EXPORT void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  return pm::allocate_aligned(alignment, size);
+}
+
+PERCPU_EXPORT void* valloc(std::size_t size) noexcept {
+  return pm::allocate_aligned(static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), size);
+}
+
+PERCPU_EXPORT void* pvalloc(std::size_t size) noexcept {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (size > SIZE_MAX - page) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return pm::allocate_aligned(page, (size + page - 1) / page * page);
+}
+
+PERCPU_EXPORT std::size_t malloc_usable_size(void* p) noexcept {
+  return pm::usable_size(p);
+}
+
+// ---- C++: operator new throws std::bad_alloc (after the new-handler), nothrow forms return
+// null; sized and aligned deletes free like free().
+
+namespace {
+
+void* new_or_throw(std::size_t size, std::size_t alignment) {
+  for (;;) {
+    void* p = alignment <= 16 ? pm::allocate(size) : pm::allocate_aligned(alignment, size);
+    if (p != nullptr) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
+  try {
+    return new_or_throw(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+#define PERCPU_NEW_EXPORT __attribute__((visibility("default")))
+
+PERCPU_NEW_EXPORT void* operator new(std::size_t size) {
+  return new_or_throw(size, 16);
+}
+PERCPU_NEW_EXPORT void* operator new[](std::size_t size) {
+  return new_or_throw(size, 16);
+}
+PERCPU_NEW_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return new_or_null(size, 16);
+}
+PERCPU_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return new_or_null(size, 16);
+}
+PERCPU_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t al) {
+  return new_or_throw(size, static_cast<std::size_t>(al));
+}
+PERCPU_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t al) {
+  return new_or_throw(size, static_cast<std::size_t>(al));
+}
+PERCPU_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t al,
+                                     const std::nothrow_t&) noexcept {
+  return new_or_null(size, static_cast<std::size_t>(al));
+}
+PERCPU_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t al,
+                                       const std::nothrow_t&) noexcept {
+  return new_or_null(size, static_cast<std::size_t>(al));
+}
+
+PERCPU_NEW_EXPORT void operator delete(void* p) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  pm::deallocate(p);
+}
+PERCPU_NEW_EXPORT void operator delete[](void* p, std::align_val_t,
+                                         const std::nothrow_t&) noexcept {
+  pm::deallocate(p);
+}
