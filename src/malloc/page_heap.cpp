@@ -173,19 +173,26 @@ void page_heap_t::remove_free(span* s) {
   (s->released ? g_stats.released : g_stats.free) -= s->bytes();
 }
 
+// A span struct for `pages` pages just mapped at `base`; without one the mapping is undone.
+span* page_heap_t::span_for_mapping(char* base, std::size_t pages, span::state kind) {
+  span* s = new_span();
+  if (s == nullptr) {
+    munmap(base, pages << kPageShift);
+    return nullptr;
+  }
+  s->first_page = reinterpret_cast<std::uintptr_t>(base) >> kPageShift;
+  s->pages = pages;
+  s->kind = kind;
+  return s;
+}
+
 // Maps a new region of at least `pages` pages as one free span (released: never touched).
 span* page_heap_t::grow(std::size_t pages) {
   const std::size_t n = pages > kRegionPages ? pages : kRegionPages;
   char* base = map_aligned(n << kPageShift);
   if (base == nullptr) return nullptr;
-  span* s = new_span();
-  if (s == nullptr) {
-    munmap(base, n << kPageShift);
-    return nullptr;
-  }
-  s->first_page = reinterpret_cast<std::uintptr_t>(base) >> kPageShift;
-  s->pages = n;
-  s->kind = span::state::free;
+  span* s = span_for_mapping(base, n, span::state::free);
+  if (s == nullptr) return nullptr;
   s->released = true;
   for (std::size_t i = 0; i < n; ++i) set_pagemap(s->first_page + i, s);
   if (span_of(base) != s || span_of(base + ((n - 1) << kPageShift)) != s) {
@@ -269,14 +276,8 @@ span* page_heap_t::map_large(std::size_t bytes, std::size_t alignment) {
   if (base == nullptr) return nullptr;
   const auto user = (reinterpret_cast<std::uintptr_t>(base) + alignment - 1) & ~(alignment - 1);
   locked l;
-  span* s = new_span();
-  if (s == nullptr) {
-    munmap(base, pages << kPageShift);
-    return nullptr;
-  }
-  s->first_page = reinterpret_cast<std::uintptr_t>(base) >> kPageShift;
-  s->pages = pages;
-  s->kind = span::state::large;
+  span* s = span_for_mapping(base, pages, span::state::large);
+  if (s == nullptr) return nullptr;
   s->requested_bytes = bytes;
   s->offset = user - reinterpret_cast<std::uintptr_t>(base);
   set_pagemap(user >> kPageShift, s);

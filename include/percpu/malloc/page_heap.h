@@ -88,6 +88,7 @@ class page_heap_t {
  private:
   void set_pagemap(std::uintptr_t page, span* s);
   span* new_span();
+  span* span_for_mapping(char* base, std::size_t pages, span::state kind);
   void delete_span(span* s);
   void insert_free(span* s);
   void remove_free(span* s);
