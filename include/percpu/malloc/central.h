@@ -43,6 +43,8 @@ inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
   return index * size == off ? static_cast<std::ptrdiff_t>(index) : -1;
 }
 
+/// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes
+/// the class's lock).
 central_stats central_stats_of(std::size_t cls) noexcept;
 
 /// Every class's lock, taken across fork() by the allocator's fork handlers.
