@@ -5,9 +5,13 @@
 
 #include <percpu/malloc/allocator.h>
 #include <percpu/malloc/size_classes.h>
+#include <percpu/malloc/stats.h>
+#include <unistd.h>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -89,6 +93,34 @@ TEST(MallocAllocator, CallocReallocAndMemalignKeepTheirPromises) {
   errno = 0;
   EXPECT_EQ(allocate_aligned(24, 10), nullptr);
   EXPECT_EQ(errno, EINVAL);
+}
+
+TEST(MallocAllocator, StatisticsShowEachLayer) {
+  std::vector<void*> objects;
+  for (int i = 0; i < 1000; ++i) objects.push_back(allocate(80));
+  for (int i = 0; i < 500; ++i) deallocate(objects[static_cast<std::size_t>(i)]);
+  static malloc_stats s;
+  collect_stats(s);
+  const class_stats& k = s.classes[size_class_of(80)];
+  EXPECT_EQ(k.size, 80u);
+  EXPECT_GE(k.spans, 1u);
+  EXPECT_GE(k.refills, 1u);
+  EXPECT_GT(s.heap.in_use, 0u);
+  EXPECT_GT(s.rss_bytes, 0u);
+  char path[] = "/tmp/percpu_malloc_statsXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  print_stats(fd);
+  close(fd);
+  std::FILE* f = std::fopen(path, "r");
+  char text[4096] = {};
+  const std::size_t n = std::fread(text, 1, sizeof text - 1, f);
+  std::fclose(f);
+  std::remove(path);
+  EXPECT_GT(n, 0u);
+  EXPECT_NE(std::strstr(text, "percpu malloc: rss"), nullptr) << text;
+  EXPECT_NE(std::strstr(text, "    80"), nullptr) << text;
+  for (std::size_t i = 500; i < objects.size(); ++i) deallocate(objects[i]);
 }
 
 using MallocAllocatorDeathTest = ::testing::Test;

@@ -87,8 +87,14 @@ TEST(MallocPageHeap, LargeMappingsAreFoundAndUnmapped) {
 
 TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
   page_heap_t& heap = page_heap();
+  // A span between two in-use neighbours stays backed when freed (a span merging with a
+  // released neighbour is released at once).
+  span* left = heap.allocate_span(5);
   span* s = heap.allocate_span(256);  // 2 MiB
-  ASSERT_NE(s, nullptr);
+  span* right = heap.allocate_span(5);
+  ASSERT_TRUE(left && s && right);
+  if (left->start() + left->bytes() != s->start() || s->start() + s->bytes() != right->start())
+    GTEST_SKIP() << "the heap did not carve the three spans next to each other";
   std::memset(s->start(), 1, s->bytes());
   heap.free_span(s);
   EXPECT_GE(heap.stats().free, 256 * kPageSize);
@@ -101,6 +107,24 @@ TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
   std::vector<char> zero(again->bytes(), 0);
   EXPECT_EQ(std::memcmp(again->start(), zero.data(), zero.size()), 0);
   heap.free_span(again);
+  heap.free_span(left);
+  heap.free_span(right);
+}
+
+TEST(MallocPageHeap, MergingWithAReleasedNeighbourReleases) {
+  page_heap_t& heap = page_heap();
+  heap.release(0);  // every free span is released now
+  span* s = heap.allocate_span(64);
+  ASSERT_NE(s, nullptr);
+  std::memset(s->start(), 1, s->bytes());
+  char* const start = s->start();
+  const std::size_t free_before = heap.stats().free;
+  heap.free_span(s);  // its neighbour is the released rest of its region (or an in-use span)
+  span* merged = heap.span_of(start);
+  ASSERT_NE(merged, nullptr);
+  if (merged->pages == 64) GTEST_SKIP() << "no free neighbour to merge with";
+  EXPECT_TRUE(merged->released);
+  EXPECT_EQ(heap.stats().free, free_before);  // nothing backed was added
 }
 
 TEST(MallocPageHeap, MetadataIsZeroedAndRecycled) {

@@ -26,6 +26,10 @@ print(sum(len(v) for v in d.values()))')
 [[ $out == 1000000 ]] || fail "python3 printed '$out'"
 echo "python3: ok"
 
+stats=$(PERCPU_MALLOC_STATS=1 run python3 -c 'x = [str(i) for i in range(10000)]' 2>&1)
+[[ $stats == *"percpu malloc: rss"* ]] || fail "PERCPU_MALLOC_STATS printed '$stats'"
+echo "statistics at exit: ok"
+
 out=$(run sqlite3 "$work/db.sqlite" "
 create table t(a integer, b text);
 with recursive c(x) as (select 1 union all select x + 1 from c limit 100000)

@@ -13,6 +13,7 @@
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/page_heap.h"
+#include "percpu/malloc/stats.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -62,6 +63,7 @@ void mark_live(void* p) noexcept {
 
 // A batch from the central lists: one object for the caller, the rest onto this index's stack.
 void* refill(std::size_t cls) noexcept {
+  count_refill(cls);
   void* batch[kMaxBatch];
   const std::size_t n = central_remove(cls, batch, kClasses[cls].batch);
   if (n == 0) return nullptr;
@@ -94,6 +96,7 @@ void give_back(std::size_t cls, void* p) noexcept {
     nested guard;
     if (cache_init()) {
       if (cache_push(cls, p)) return;
+      count_flush(cls);
       void* batch[kMaxBatch];
       const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
       central_insert(cls, batch, n);

@@ -1,6 +1,7 @@
 // libpercpu_malloc.so: the C allocation API and every C++ operator new/delete form, mapped onto
 // percpu malloc's functions (allocator.h). Use it with LD_PRELOAD, or link it before libc.
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <new>
 
 #include "percpu/malloc/allocator.h"
+#include "percpu/malloc/stats.h"
 
 namespace pm = percpu::malloc_impl;
 
@@ -76,6 +78,19 @@ PERCPU_EXPORT void* pvalloc(std::size_t size) noexcept {
 PERCPU_EXPORT std::size_t malloc_usable_size(void* p) noexcept {
   return pm::usable_size(p);
 }
+
+/// Writes percpu malloc's statistics as text to file descriptor `fd` (see stats.h).
+PERCPU_EXPORT void percpu_malloc_stats_print(int fd) noexcept {
+  pm::print_stats(fd);
+}
+
+namespace {
+// PERCPU_MALLOC_STATS=1 (any non-empty value but 0) prints the statistics to stderr at exit.
+__attribute__((destructor)) void print_stats_at_exit() {
+  const char* v = getenv("PERCPU_MALLOC_STATS");
+  if (v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0')) pm::print_stats(2);
+}
+}  // namespace
 
 // ---- C++: operator new throws std::bad_alloc (after the new-handler), nothrow forms return
 // null; sized and aligned deletes free like free().

@@ -236,6 +236,16 @@ span* page_heap_t::allocate_span(std::size_t pages) {
   return s;
 }
 
+// Makes `a` and `b` (free, about to merge) agree on being released: when one is released, the
+// other's memory is returned too, so a merged span is wholly backed or wholly released (as
+// tcmalloc's page heap does), and the statistics stay exact.
+static void match_release(span* a, span* b) {
+  if (a->released == b->released) return;
+  span* backed = a->released ? b : a;
+  madvise(backed->start(), backed->bytes(), MADV_DONTNEED);
+  backed->released = true;
+}
+
 void page_heap_t::free_span(span* s) {
   locked l;
   g_stats.in_use -= s->bytes();
@@ -245,13 +255,12 @@ void page_heap_t::free_span(span* s) {
   s->allocated = s->carved = 0;
   s->live = nullptr;
   s->released = false;
-  // Coalesce with free neighbours in the same region (the pagemap knows them). A merged span is
-  // released only if both parts were.
+  // Coalesce with free neighbours (the pagemap knows them).
   if (span* before = span_of(s->start() - 1);
       before != nullptr && before->kind == span::state::free) {
     remove_free(before);
+    match_release(before, s);
     before->pages += s->pages;
-    before->released = false;
     for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, before);
     delete_span(s);
     s = before;
@@ -259,6 +268,7 @@ void page_heap_t::free_span(span* s) {
   if (span* after = span_of(s->start() + s->bytes());
       after != nullptr && after->kind == span::state::free) {
     remove_free(after);
+    match_release(s, after);
     for (std::size_t i = 0; i < after->pages; ++i) set_pagemap(after->first_page + i, s);
     s->pages += after->pages;
     delete_span(after);

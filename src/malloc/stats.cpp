@@ -1,0 +1,88 @@
+// percpu malloc's statistics (see stats.h).
+#include "percpu/malloc/stats.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "percpu/malloc/central.h"
+#include "percpu/malloc/cpu_cache.h"
+
+namespace percpu::malloc_impl {
+namespace {
+
+std::atomic<std::size_t> g_refills[kClassCount];
+std::atomic<std::size_t> g_flushes[kClassCount];
+
+// Resident pages from /proc/self/statm (second field), read without stdio.
+std::size_t rss_bytes() noexcept {
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[128];
+  const ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  char* end = nullptr;
+  std::strtoull(text, &end, 10);  // size
+  const unsigned long long pages = std::strtoull(end, nullptr, 10);
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// snprintf into a stack buffer, then write: no allocation for these formats.
+template <class... Args>
+void put(int fd, const char* format, Args... args) noexcept {
+  char line[256];
+  const int n = std::snprintf(line, sizeof line, format, args...);
+  if (n > 0 && write(fd, line, static_cast<std::size_t>(n < 256 ? n : 255)) < 0) {
+  }
+}
+
+}  // namespace
+
+void count_refill(std::size_t cls) noexcept {
+  g_refills[cls].fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_flush(std::size_t cls) noexcept {
+  g_flushes[cls].fetch_add(1, std::memory_order_relaxed);
+}
+
+void collect_stats(malloc_stats& out) noexcept {
+  out.heap = page_heap().stats();
+  out.rss_bytes = rss_bytes();
+  for (std::size_t c = 1; c < kClassCount; ++c) {
+    const central_stats cs = central_stats_of(c);
+    class_stats& k = out.classes[c];
+    k.size = kClasses[c].size;
+    k.spans = cs.spans;
+    k.free_in_spans = cs.free_in_spans;
+    k.transfer_objects = cs.transfer_objects;
+    k.cached_objects = cache_count(c);
+    k.refills = g_refills[c].load(std::memory_order_relaxed);
+    k.flushes = g_flushes[c].load(std::memory_order_relaxed);
+  }
+}
+
+void print_stats(int fd) noexcept {
+  static malloc_stats s;  // large: not on the stack of whoever asks (at exit, a small one)
+  collect_stats(s);
+  put(fd,
+      "percpu malloc: rss %zu KiB; page heap: %zu KiB mapped, %zu KiB in spans, %zu KiB free, "
+      "%zu KiB released, %zu KiB large, %zu KiB metadata\n",
+      s.rss_bytes >> 10, s.heap.mapped >> 10, s.heap.in_use >> 10, s.heap.free >> 10,
+      s.heap.released >> 10, s.heap.large >> 10, s.heap.metadata >> 10);
+  put(fd, "%6s %6s %12s %12s %12s %10s %10s\n", "size", "spans", "free/spans", "transfer",
+      "cpu caches", "refills", "flushes");
+  for (std::size_t c = 1; c < kClassCount; ++c) {
+    const class_stats& k = s.classes[c];
+    if (k.spans == 0 && k.cached_objects == 0 && k.refills == 0) continue;
+    put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
+        k.transfer_objects, k.cached_objects, k.refills, k.flushes);
+  }
+}
+
+}  // namespace percpu::malloc_impl
