@@ -115,15 +115,11 @@ void* allocate_large(std::size_t size, std::size_t alignment) noexcept {
   return s->start() + s->offset;
 }
 
-// The span of a pointer being freed or measured; stops the process when there is none.
-span& span_or_die(const void* p, const char* call) noexcept {
+// The span of a pointer being freed or measured; stops the process with `fault` when there is
+// none (never allocated by percpu malloc, or already returned to the kernel).
+span& span_or_die(const void* p, const char* fault) noexcept {
   span* s = page_heap().span_of(p);
-  if (s == nullptr || s->kind == span::state::free) {
-    // The message names the call; the fault is the same for all of them.
-    if (std::strcmp(call, "free") == 0)
-      fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
-    fatal("malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)", p);
-  }
+  if (s == nullptr || s->kind == span::state::free) fatal(fault, p);
   return *s;
 }
 
@@ -154,7 +150,7 @@ void* allocate(std::size_t size) noexcept {
 
 void deallocate(void* p) noexcept {
   if (p == nullptr) return;
-  span& s = span_or_die(p, "free");
+  span& s = span_or_die(p, "free(): invalid pointer (not from percpu malloc, or already freed)");
   if (s.kind == span::state::large) {
     if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
     return;
@@ -214,7 +210,8 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
 
 std::size_t usable_size(const void* p) noexcept {
   if (p == nullptr) return 0;
-  const span& s = span_or_die(p, "malloc_usable_size");
+  const span& s =
+      span_or_die(p, "malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)");
   if (s.kind == span::state::large) return s.bytes() - s.offset;
   return kClasses[s.size_class].size;
 }

@@ -24,7 +24,7 @@ constexpr auto kOffsets = make_offsets();
 constexpr std::size_t kRegionWords = (kOffsets[kClassCount] + 7) / 8 * 8;
 
 std::atomic<std::intptr_t*> g_regions{nullptr};
-int g_indices = 0;
+std::atomic<int> g_indices{0};  // every initializing thread stores the same value
 
 std::intptr_t* stack_of(int index, std::size_t cls) noexcept {
   return g_regions.load(std::memory_order_relaxed) +
@@ -50,7 +50,7 @@ bool cache_init() noexcept {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return false;
   std::intptr_t* expected = nullptr;
-  g_indices = indices;
+  g_indices.store(indices, std::memory_order_relaxed);
   if (!g_regions.compare_exchange_strong(expected, static_cast<std::intptr_t*>(m),
                                          std::memory_order_acq_rel))
     munmap(m, bytes);  // another thread made them first
@@ -83,7 +83,8 @@ std::size_t cache_push_many(std::size_t cls, void* const* in, std::size_t n) noe
 std::size_t cache_count(std::size_t cls) noexcept {
   if (g_regions.load(std::memory_order_acquire) == nullptr) return 0;
   std::size_t n = 0;
-  for (int i = 0; i < g_indices; ++i)
+  const int indices = g_indices.load(std::memory_order_relaxed);
+  for (int i = 0; i < indices; ++i)
     n += static_cast<std::size_t>(__atomic_load_n(stack_of(i, cls), __ATOMIC_RELAXED) &
                                   ~percpu::detail::kCountClosed);
   return n;

@@ -2,6 +2,7 @@
 #include "percpu/malloc/stats.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -68,7 +69,10 @@ void collect_stats(malloc_stats& out) noexcept {
 }
 
 void print_stats(int fd) noexcept {
-  static malloc_stats s;  // large: not on the stack of whoever asks (at exit, a small one)
+  // Large: kept off the stack of whoever asks (at exit, maybe a small one); one printer at a time.
+  static malloc_stats s;
+  static pthread_mutex_t printing = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&printing);
   collect_stats(s);
   put(fd,
       "percpu malloc: rss %zu KiB; page heap: %zu KiB mapped, %zu KiB in spans, %zu KiB free, "
@@ -83,6 +87,7 @@ void print_stats(int fd) noexcept {
     put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
         k.transfer_objects, k.cached_objects, k.refills, k.flushes);
   }
+  pthread_mutex_unlock(&printing);
 }
 
 }  // namespace percpu::malloc_impl
