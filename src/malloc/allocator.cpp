@@ -12,6 +12,8 @@
 
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
+#include "percpu/malloc/free_tag.h"
+#include "percpu/malloc/maintenance.h"
 #include "percpu/malloc/page_heap.h"
 #include "percpu/malloc/stats.h"
 
@@ -32,7 +34,7 @@ class nested {
 };
 
 // Writes "percpu malloc: <what> (0x<p>)" to stderr and aborts, without allocating.
-[[noreturn]] void fatal(const char* what, const void* p) noexcept {
+[[noreturn]] __attribute__((noinline, cold)) void fatal(const char* what, const void* p) noexcept {
   char line[160];
   std::size_t n = 0;
   auto put = [&](const char* s) {
@@ -56,14 +58,10 @@ class nested {
   std::abort();
 }
 
-void mark_live(void* p) noexcept {
-  span* s = page_heap().span_of(p);
-  __atomic_store_n(&s->live[object_index(*s, p)], 1, __ATOMIC_RELAXED);
-}
-
 // A batch from the central lists: one object for the caller, the rest onto this index's stack.
 void* refill(std::size_t cls) noexcept {
   count_refill(cls);
+  maybe_maintain();
   void* batch[kMaxBatch];
   const std::size_t n = central_remove(cls, batch, kClasses[cls].batch);
   if (n == 0) return nullptr;
@@ -72,7 +70,10 @@ void* refill(std::size_t cls) noexcept {
   return batch[0];
 }
 
-void* allocate_small(std::size_t cls) noexcept {
+// The slow path of a small allocation: the per-CPU cache through the generic operations (they
+// register this thread's area, wait out remote drains, retry aborts), a refill, or the central
+// lists. Out of line, so the fast path needs no stack frame.
+__attribute__((noinline)) void* allocate_small(std::size_t cls) noexcept {
   void* p = nullptr;
   if (t_depth == 0) {
     nested guard;
@@ -85,18 +86,19 @@ void* allocate_small(std::size_t cls) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
-  mark_live(p);
+  clear_free_tag(p);  // every cached object is live already: the user's now
   return p;
 }
 
 // Returns a freed object: onto this index's stack, flushing a batch to the central lists when
-// the stack is full.
-void give_back(std::size_t cls, void* p) noexcept {
+// the stack is full. The slow path of free (out of line, as allocate_small).
+__attribute__((noinline)) void give_back(std::size_t cls, void* p) noexcept {
   if (t_depth == 0) {
     nested guard;
     if (cache_init()) {
       if (cache_push(cls, p)) return;
       count_flush(cls);
+      maybe_maintain();
       void* batch[kMaxBatch];
       const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
       central_insert(cls, batch, n);
@@ -137,6 +139,13 @@ void unlock_after_fork() noexcept {
   central_unlock_all();
 }
 
+// free() of anything but a small object in use: a large allocation, or a fault.
+__attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
+  if (s == nullptr || s->kind == span::state::free)
+    fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
+  if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+}
+
 __attribute__((constructor)) void register_fork_handlers() {
   pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
@@ -145,23 +154,36 @@ __attribute__((constructor)) void register_fork_handlers() {
 
 void* allocate(std::size_t size) noexcept {
   const std::size_t cls = size_class_of(size);
-  return cls != 0 ? allocate_small(cls) : allocate_large(size, kPageSize);
+  if (PERCPU_LIKELY(cls != 0)) {
+    void* p = cache_pop_fast(cls);
+    if (PERCPU_LIKELY(p != nullptr)) {
+      clear_free_tag(p);
+      return p;
+    }
+    return allocate_small(cls);
+  }
+  return allocate_large(size, kPageSize);
 }
 
 void deallocate(void* p) noexcept {
   if (p == nullptr) return;
-  span& s = span_or_die(p, "free(): invalid pointer (not from percpu malloc, or already freed)");
-  if (s.kind == span::state::large) {
-    if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
-    return;
-  }
+  span* sp = page_heap().span_of(p);
+  if (PERCPU_UNLIKELY(sp == nullptr || sp->kind != span::state::small))
+    return deallocate_other(p, sp);
+  const span& s = *sp;
   const std::ptrdiff_t index = object_index(s, p);
   if (index < 0) fatal("free(): invalid pointer, inside an object", p);
-  unsigned char live = 1;
-  // One compare-and-swap: of two racing frees of one object, exactly one gets past it.
-  if (!__atomic_compare_exchange_n(&s.live[index], &live, 0, false, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_RELAXED))
+  // A live byte of 0 means the object is on its span's free list or was never handed out; the
+  // tag means it is in a cache (free_tag.h). Plain loads and stores, no atomic instruction: a
+  // double free is caught whenever the second free starts after the first has tagged the
+  // object (glibc's tcache check has the same reach); two frees of one object racing on two
+  // threads within these few instructions may both pass.
+  std::uint64_t& word = free_tag_word(p);
+  const std::uint64_t tag = free_tag_of(p);
+  if (PERCPU_UNLIKELY(__atomic_load_n(&s.live[index], __ATOMIC_RELAXED) != 1 || word == tag))
     fatal("free(): double free, or a pointer that is not allocated", p);
+  word = tag;
+  if (PERCPU_LIKELY(cache_push_fast(s.size_class, p))) return;
   give_back(s.size_class, p);
 }
 

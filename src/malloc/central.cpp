@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "percpu/malloc/free_tag.h"
+
 namespace percpu::malloc_impl {
 namespace {
 
@@ -74,6 +76,9 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
     p = s->start() + static_cast<std::size_t>(s->carved) * info.size;
     ++s->carved;
   }
+  // Out of the span: live, and tagged as cached until the allocator hands it to a user.
+  __atomic_store_n(&s->live[object_index(*s, p)], 1, __ATOMIC_RELAXED);
+  set_free_tag(p);
   ++s->allocated;
   --c.free_in_spans;
   if (s->free_objects == nullptr && s->carved == info.objects_per_span()) unlink(c.nonempty, s);
@@ -83,6 +88,7 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
 void give_back(class_state& c, void* p, const size_class_info& info) {
   span* s = page_heap().span_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
+  __atomic_store_n(&s->live[object_index(*s, p)], 0, __ATOMIC_RELAXED);
   *static_cast<void**>(p) = s->free_objects;
   s->free_objects = p;
   --s->allocated;

@@ -13,18 +13,15 @@
 namespace percpu::malloc_impl {
 namespace {
 
-// Page numbers of 47-bit user addresses have 34 bits: the root has 2^17 leaves of 2^17 entries
-// (a leaf covers 1 GiB of address space and costs 1 MiB, mapped when first needed).
-constexpr unsigned kLeafBits = 17;
-constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
-constexpr std::size_t kRootEntries = std::size_t{1} << (47 - kPageShift - kLeafBits);
+using pagemap::g_root;
+using pagemap::kLeafBits;
+using pagemap::kLeafEntries;
 // Regions are mapped at least this big (16 MiB), and spans of up to kExactLists pages have a
 // free list each; longer free spans share one list.
 constexpr std::size_t kRegionPages = 2048;
 constexpr std::size_t kExactLists = 128;
 constexpr std::size_t kMetaBlock = std::size_t{1} << 20;
 
-std::atomic<std::atomic<span*>*> g_root[kRootEntries];
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 // Guarded by g_lock:
@@ -66,25 +63,14 @@ unsigned log2_bucket(std::size_t bytes) {
 
 }  // namespace
 
-page_heap_t& page_heap() noexcept {
-  static page_heap_t heap;  // stateless: the state is above, zero-initialized
-  return heap;
-}
+page_heap_t g_page_heap;  // stateless: the state is above, zero-initialized
+std::atomic<std::atomic<span*>*> pagemap::g_root[pagemap::kRootEntries];
 
 void page_heap_t::lock() noexcept {
   pthread_mutex_lock(&g_lock);
 }
 void page_heap_t::unlock() noexcept {
   pthread_mutex_unlock(&g_lock);
-}
-
-span* page_heap_t::span_of(const void* p) const noexcept {
-  const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
-  const std::uintptr_t root = page >> kLeafBits;
-  if (root >= kRootEntries) return nullptr;
-  std::atomic<span*>* leaf = g_root[root].load(std::memory_order_acquire);
-  if (leaf == nullptr) return nullptr;
-  return leaf[page & (kLeafEntries - 1)].load(std::memory_order_acquire);
 }
 
 void page_heap_t::set_pagemap(std::uintptr_t page, span* s) {

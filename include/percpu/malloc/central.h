@@ -27,20 +27,25 @@ struct central_stats {
 };
 
 /// Takes up to `n` (at most kMaxBatch) free objects of class `cls` (1 .. kClassCount - 1) into
-/// `out`; returns how many, 0 only when out of memory.
+/// `out`; returns how many, 0 only when out of memory. They come out live and tagged as cached
+/// (free_tag.h).
 std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
 
-/// Gives back `n` (at most kMaxBatch) free objects of class `cls`. Their first 8 bytes are
-/// overwritten (the free list's link).
+/// Gives back `n` (at most kMaxBatch) free objects of class `cls`, live and tagged as cached.
+/// Their first 8 bytes may be overwritten (the free list's link).
 void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
 
 /// The object index of `p` in small span `s`, or -1 when `p` is not the start of one of its
 /// objects (an interior pointer).
+///
+/// Why the multiplication is exact: with m = ceil(2^32 / size) = (2^32 + e) / size, 0 <= e <
+/// size, an offset j * size gives (j * size * m) >> 32 = j + (j * e) >> 32 = j, because
+/// j * e < j * size < 2^32 inside any span; an offset that is not a multiple fails the check.
 inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
-  const std::size_t size = kClasses[s.size_class].size;
-  const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - s.start());
-  const std::size_t index = off / size;
-  return index * size == off ? static_cast<std::ptrdiff_t>(index) : -1;
+  const size_class_info& info = kClasses[s.size_class];
+  const auto off = static_cast<std::uint64_t>(static_cast<const char*>(p) - s.start());
+  const std::uint64_t index = (off * info.reciprocal) >> 32;
+  return index * info.size == off ? static_cast<std::ptrdiff_t>(index) : -1;
 }
 
 /// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes

@@ -67,7 +67,7 @@ class page_heap_t {
   bool unmap_large(const void* p);
 
   /// The span that holds address `p`, or nullptr if percpu malloc never mapped it. For a large
-  /// span only its first page is mapped.
+  /// span only its first page is mapped. Two loads (lock-free; inline: every free uses it).
   span* span_of(const void* p) const noexcept;
 
   /// Returns free spans' memory to the kernel until at most `keep_bytes` of free memory stays
@@ -96,7 +96,32 @@ class page_heap_t {
   void* meta_alloc_locked(std::size_t bytes);
 };
 
-/// The page heap of the process.
-page_heap_t& page_heap() noexcept;
+namespace pagemap {
+
+// Page numbers of 47-bit user addresses have 34 bits: the root has 2^17 leaves of 2^17 entries
+// (a leaf covers 1 GiB of address space and costs 1 MiB, mapped when first needed).
+inline constexpr unsigned kLeafBits = 17;
+inline constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
+inline constexpr std::size_t kRootEntries = std::size_t{1} << (47 - kPageShift - kLeafBits);
+/// The root: leaves are published with release stores and never unmapped.
+extern std::atomic<std::atomic<span*>*> g_root[kRootEntries];
+
+}  // namespace pagemap
+
+inline span* page_heap_t::span_of(const void* p) const noexcept {
+  const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
+  const std::uintptr_t root = page >> pagemap::kLeafBits;
+  if (root >= pagemap::kRootEntries) return nullptr;
+  std::atomic<span*>* leaf = pagemap::g_root[root].load(std::memory_order_acquire);
+  if (leaf == nullptr) return nullptr;
+  return leaf[page & (pagemap::kLeafEntries - 1)].load(std::memory_order_acquire);
+}
+
+/// The page heap of the process (stateless: its state is zero-initialized at load, so it works
+/// before any constructor runs).
+extern page_heap_t g_page_heap;
+inline page_heap_t& page_heap() noexcept {
+  return g_page_heap;
+}
 
 }  // namespace percpu::malloc_impl

@@ -1,0 +1,125 @@
+// x86-64 critical sections on the stack of whichever index the thread runs on: the index is read
+// inside the section, so one section does what the generic stack operations (buffer.h) do with
+// an index read, a count read and a compared commit. They serve percpu malloc's per-CPU caches,
+// whose every allocation and free is one of them (tcmalloc's per-CPU slab works the same way).
+//
+// Layout: index i's stack starts at `first + i * RegionBytes` with a count word (its bit 62 is
+// kCountClosed while a remote drain owns it) followed by the entries, bottom first.
+//
+// Unlike the sections of ops.h these do not disarm rseq_cs when they finish: a later preemption
+// outside the section's range only makes the kernel clear it. That is safe as long as the code
+// holding the descriptors is never unmapped, which is why libpercpu_malloc.so is linked with
+// `-z nodelete` (an allocator cannot be unloaded anyway: its objects would outlive it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/arch/x86_64/sections.h"
+#include "percpu/runtime.h"
+
+namespace percpu::arch {
+
+/// Counts above this are not counts but a closed stack (kCountClosed): the sections leave them
+/// to the generic operations, which wait for the drain.
+inline constexpr std::uint32_t kMaxStackCount = 0xFFFFF;
+
+/// What a current-index stack section did.
+enum class stack_result { done, slow, aborted };
+
+// Head of both sections: descriptor, arming store, the mode check (a switch to fallback mode
+// fences sections that began before it), the registration check (cpu_id is negative while this
+// thread's own area is not registered, or after it was unregistered at thread exit, when the
+// kernel leaves mm_cid at 0 and would no longer abort the section; the generic operations
+// handle both), r = first + index * RegionBytes into %rcx and its count into %rdx. (%rax is
+// the arming store's and the delay injection's scratch register.)
+#define PERCPU_X86_CURRENT_STACK_HEAD       \
+  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4") \
+  PERCPU_X86_EXIT_POINT("1", "%l[slow]")    \
+  PERCPU_X86_ARM_SECTION("3", "%[off]")     \
+  "1:\n\t" PERCPU_X86_INJECT(1)                                                 \
+  "cmpl $0, %[mode]\n\t"                                                         \
+  "jnz %l[slow]\n\t"                                                             \
+  "cmpl $0, %%fs:4(%[off])\n\t"\
+  "jl %l[slow]\n\t"\
+  "movl %%fs:(%[index_off]), %%ecx\n\t"\
+  "imulq %[rb], %%rcx, %%rcx\n\t"                                                \
+  "addq %[first], %%rcx\n\t"                                                     \
+  "movq (%%rcx), %%rdx\n\t"
+
+#define PERCPU_X86_CURRENT_STACK_TAIL \
+  "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
+  ".popsection\n\t"
+
+/// Pops the top entry of the calling thread's index's stack into `out`.
+///
+///   if (fallback || area->cpu_id < 0) return slow
+///   r = first + area->field * RegionBytes
+///   n = r[0]
+///   if (n == 0 || n > kMaxStackCount) return slow    // empty, or closed by a remote drain
+///   out = r[n]
+///   r[0] = n - 1                                      // commit
+///
+/// `off` is the area's offset from the thread pointer (nonzero: rseq registered), `index_off`
+/// the offset of the index field (cpu_id or mm_cid) from the thread pointer: off + its offset in
+/// the area (a runtime value, so one instantiation serves both index fields).
+template <std::size_t RegionBytes>
+inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
+                                      std::intptr_t* first, std::intptr_t& out) noexcept {
+  std::intptr_t v;
+  asm goto(PERCPU_X86_CURRENT_STACK_HEAD
+           "leaq -1(%%rdx), %%r8\n\t"
+           "cmpq %[max], %%r8\n\t"
+           "jae %l[slow]\n\t"
+           "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
+               3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
+           : [v] "=&r"(v)
+           : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
+             [max] "i"(kMaxStackCount),
+             [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
+           : "rax", "rcx", "rdx", "r8", "memory", "cc"
+           : slow, aborted);
+  out = v;
+  return stack_result::done;
+slow:
+  return stack_result::slow;
+aborted:
+  return stack_result::aborted;
+}
+
+/// Pushes `value` onto the calling thread's index's stack, which holds at most `capacity`
+/// (at most kMaxStackCount) entries.
+///
+///   if (fallback || area->cpu_id < 0) return slow
+///   r = first + area->field * RegionBytes
+///   n = r[0]
+///   if (n >= capacity) return slow                    // full, or closed by a remote drain
+///   r[n + 1] = value                                  // above the count: nobody reads it yet
+///   r[0] = n + 1                                      // commit
+template <std::size_t RegionBytes>
+inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
+                                       std::intptr_t* first, std::size_t capacity,
+                                       std::intptr_t value) noexcept {
+  asm goto(PERCPU_X86_CURRENT_STACK_HEAD
+           "cmpq %[cap], %%rdx\n\t"
+           "jae %l[slow]\n\t"
+           "movq %[value], 8(%%rcx,%%rdx,8)\n\t" PERCPU_X86_INJECT(3)
+           "incq %%rdx\n\t"
+           "movq %%rdx, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
+           :
+           : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
+             [cap] "r"(capacity), [value] "r"(value),
+             [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
+           : "rax", "rcx", "rdx", "memory", "cc"
+           : slow, aborted);
+  return stack_result::done;
+slow:
+  return stack_result::slow;
+aborted:
+  return stack_result::aborted;
+}
+
+#undef PERCPU_X86_CURRENT_STACK_HEAD
+#undef PERCPU_X86_CURRENT_STACK_TAIL
+
+}  // namespace percpu::arch

@@ -1,0 +1,40 @@
+// percpu malloc's periodic upkeep, so that RSS follows use instead of staying at its high-water
+// mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), and free
+// page-heap memory beyond a small reserve is returned to the kernel (madvise). There is no
+// background thread: the allocator's slow paths (refills and flushes) call maybe_maintain(),
+// and one of them does a pass at most every kMaintenanceInterval.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace percpu::malloc_impl {
+
+/// Shortest time between two passes, in ns.
+inline constexpr std::int64_t kMaintenanceInterval = 100'000'000;
+
+/// Free page-heap memory kept backed by a pass: the larger of this and 1/8 of the memory in
+/// small spans (a reserve for the next spans, so a steady program does not fault its spans in
+/// again and again).
+inline constexpr std::size_t kMinKeptFreeBytes = 2u << 20;
+
+/// What maintenance has done since the process started.
+struct maintenance_stats {
+  std::uint64_t passes = 0;
+  std::uint64_t drains = 0;  ///< idle indices drained
+  std::uint64_t drained_objects = 0;
+  std::uint64_t released_bytes = 0;  ///< free memory returned to the kernel
+};
+
+/// Runs a pass when kMaintenanceInterval has passed since the last one and no other thread is
+/// running one; returns at once otherwise (a clock read and a load). Call only from slow paths
+/// that may take locks and make system calls (not from a signal handler).
+void maybe_maintain() noexcept;
+
+/// Runs a pass now (waits for one in progress). An index is idle when none of its stacks'
+/// counts changed since the previous pass: the first pass only takes a snapshot.
+void maintain() noexcept;
+
+maintenance_stats maintenance_stats_now() noexcept;
+
+}  // namespace percpu::malloc_impl

@@ -1,0 +1,80 @@
+// percpu malloc's periodic upkeep (see maintenance.h).
+#include "percpu/malloc/maintenance.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "percpu/malloc/cpu_cache.h"
+#include "percpu/malloc/page_heap.h"
+
+namespace percpu::malloc_impl {
+namespace {
+
+std::atomic<std::int64_t> g_next_pass{0};
+pthread_mutex_t g_pass_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// Guarded by g_pass_lock: each index's fingerprint at the previous pass (0: never seen).
+constexpr int kMaxTrackedIndices = 4096;
+std::uint64_t g_fingerprint[kMaxTrackedIndices];
+maintenance_stats g_stats;
+
+std::int64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void pass_locked() noexcept {
+  ++g_stats.passes;
+  const int indices = cache_indices();
+  for (int i = 0; i < indices && i < kMaxTrackedIndices; ++i) {
+    const std::uint64_t f = cache_fingerprint(i);
+    // Unchanged and holding objects: nobody ran on this index since the last pass.
+    if (f != 0 && f == g_fingerprint[i]) {
+      const std::size_t moved = cache_drain(i);
+      if (moved != 0) {
+        ++g_stats.drains;
+        g_stats.drained_objects += moved;
+      }
+      g_fingerprint[i] = cache_fingerprint(i);
+    } else {
+      g_fingerprint[i] = f;
+    }
+  }
+  const page_heap_stats h = page_heap().stats();
+  const std::size_t keep = h.in_use / 8 > kMinKeptFreeBytes ? h.in_use / 8 : kMinKeptFreeBytes;
+  g_stats.released_bytes += page_heap().release(keep);
+}
+
+}  // namespace
+
+void maybe_maintain() noexcept {
+  const std::int64_t now = now_ns();
+  std::int64_t next = g_next_pass.load(std::memory_order_relaxed);
+  if (now < next) return;
+  if (!g_next_pass.compare_exchange_strong(next, now + kMaintenanceInterval,
+                                           std::memory_order_relaxed))
+    return;  // another thread claimed this pass
+  if (pthread_mutex_trylock(&g_pass_lock) != 0) return;
+  pass_locked();
+  pthread_mutex_unlock(&g_pass_lock);
+}
+
+void maintain() noexcept {
+  pthread_mutex_lock(&g_pass_lock);
+  pass_locked();
+  pthread_mutex_unlock(&g_pass_lock);
+}
+
+maintenance_stats maintenance_stats_now() noexcept {
+  pthread_mutex_lock(&g_pass_lock);
+  const maintenance_stats s = g_stats;
+  pthread_mutex_unlock(&g_pass_lock);
+  return s;
+}
+
+}  // namespace percpu::malloc_impl

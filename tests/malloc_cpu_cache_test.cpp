@@ -1,0 +1,140 @@
+// percpu malloc's per-CPU caches: the current-index stack sections of the fast paths (LIFO,
+// capacity, stepping aside for drained stacks, fallback mode and unregistered areas) and the
+// generic slow paths beside them.
+#include <gtest/gtest.h>
+
+#include <percpu/malloc/allocator.h>
+#include <percpu/malloc/cpu_cache.h>
+#include <percpu/malloc/maintenance.h>
+#include <percpu/percpu.h>
+#include <percpu/remote.h>
+
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace percpu::malloc_impl;
+
+constexpr std::size_t kClass = 5;  // 80-byte objects; only addresses are stored here
+
+// Empties every index's caches into the central lists (remote drains).
+void empty_all() {
+  for (int i = 0; i < cache_indices(); ++i) cache_drain(i);
+  ASSERT_EQ(cache_count(kClass), 0u);
+}
+
+std::intptr_t* stack_at(int index) {
+  return cache_layout::g_regions.load() + index * cache_layout::kRegionWords +
+         cache_layout::kOffsets[kClass];
+}
+
+TEST(MallocCpuCache, FastPathsAreLifoAndBounded) {
+  ASSERT_TRUE(cache_init());
+  if (!percpu::rseq_active()) {
+    alignas(16) static char object[16];
+    EXPECT_FALSE(cache_push_fast(kClass, object)) << "fallback mode: the fast paths step aside";
+    EXPECT_EQ(cache_pop_fast(kClass), nullptr);
+    GTEST_SKIP() << "fallback mode";
+  }
+  // A migration between two operations moves to another index's stack: run on one CPU.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  std::thread t([&] {
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    percpu::current_cpu();  // registers this thread where percpu owns the area
+    empty_all();
+    const std::size_t cap = cache_capacity(kClass);
+    std::vector<char> objects(cap + 1);
+    for (std::size_t i = 0; i < cap; ++i) ASSERT_TRUE(cache_push_fast(kClass, &objects[i])) << i;
+    EXPECT_FALSE(cache_push_fast(kClass, &objects[cap])) << "a full stack declines";
+    EXPECT_EQ(cache_count(kClass), cap);
+    for (std::size_t i = cap; i-- > 0;) ASSERT_EQ(cache_pop_fast(kClass), &objects[i]) << i;
+    EXPECT_EQ(cache_pop_fast(kClass), nullptr) << "an empty stack declines";
+  });
+  t.join();
+}
+
+TEST(MallocCpuCache, FastPathsLeaveADrainedStackAlone) {
+  ASSERT_TRUE(cache_init());
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode";
+  empty_all();
+  void* p = percpu::malloc_impl::allocate(80);
+  void* q = percpu::malloc_impl::allocate(80);
+  percpu::malloc_impl::deallocate(p);  // cached on this thread's index
+  const std::size_t cached = cache_count(kClass);
+  const int indices = cache_indices();
+  // What a remote drain does while it owns a stack: the count's closed bit.
+  for (int i = 0; i < indices; ++i)
+    __atomic_fetch_or(stack_at(i), percpu::detail::kCountClosed, __ATOMIC_SEQ_CST);
+  EXPECT_EQ(cache_pop_fast(kClass), nullptr);
+  EXPECT_FALSE(cache_push_fast(kClass, q));
+  for (int i = 0; i < indices; ++i)
+    __atomic_fetch_and(stack_at(i), ~percpu::detail::kCountClosed, __ATOMIC_SEQ_CST);
+  EXPECT_EQ(cache_count(kClass), cached) << "nothing moved while closed";
+  percpu::malloc_impl::deallocate(q);
+  empty_all();
+}
+
+TEST(MallocCpuCache, FastPathsStepAsideOnAThreadWhoseAreaIsUnregistered) {
+  if (percpu::registration().owner != percpu::area_owner::percpu)
+    GTEST_SKIP() << "percpu does not own the area (run with GLIBC_TUNABLES=glibc.pthread.rseq=0)";
+  ASSERT_TRUE(cache_init());
+  std::thread t([] {
+    empty_all();
+    void* p = percpu::malloc_impl::allocate(80);  // registers this thread
+    void* q = percpu::malloc_impl::allocate(80);
+    percpu::malloc_impl::deallocate(p);
+    const std::size_t cached = cache_count(kClass);  // p and the rest of its refill batch
+    ASSERT_EQ(percpu::detail::unregister_this_thread(), 0);
+    // The kernel has set cpu_id to -1 and mm_cid to 0: a section would run unprotected.
+    EXPECT_EQ(cache_pop_fast(kClass), nullptr);
+    EXPECT_FALSE(cache_push_fast(kClass, q));
+    EXPECT_EQ(cache_count(kClass), cached) << "nothing moved";
+    percpu::malloc_impl::deallocate(q);  // the slow path registers again
+    EXPECT_EQ(cache_count(kClass), cached + 1);
+    empty_all();
+  });
+  t.join();
+}
+
+// Objects must be real ones for the drain (it gives them to the central lists).
+TEST(MallocCpuCache, DrainMovesAnIndexsObjectsToTheCentralLists) {
+  ASSERT_TRUE(cache_init());
+  empty_all();
+  std::vector<void*> objects;
+  for (int i = 0; i < 6; ++i) objects.push_back(percpu::malloc_impl::allocate(80));
+  for (void* p : objects) percpu::malloc_impl::deallocate(p);  // into this index's cache
+  const std::size_t cached = cache_count(kClass);              // and the rest of the refill batch
+  EXPECT_GE(cached, 6u);
+  std::size_t moved = 0;
+  for (int i = 0; i < cache_indices(); ++i) moved += cache_drain(i);
+  EXPECT_EQ(moved, cached);
+  EXPECT_EQ(cache_count(kClass), 0u);
+  EXPECT_EQ(cache_drain(-1), 0u);
+  EXPECT_EQ(cache_drain(cache_indices()), 0u);
+  // The drained objects come back through the central lists, live and usable.
+  std::vector<void*> again;
+  for (int i = 0; i < 6; ++i) again.push_back(percpu::malloc_impl::allocate(80));
+  for (void* p : again) percpu::malloc_impl::deallocate(p);
+}
+
+TEST(MallocCpuCache, MaintenanceDrainsOnlyIndicesThatStayIdle) {
+  ASSERT_TRUE(cache_init());
+  empty_all();
+  void* p = percpu::malloc_impl::allocate(80);
+  percpu::malloc_impl::deallocate(p);
+  const std::size_t cached = cache_count(kClass);
+  ASSERT_GT(cached, 0u);
+  const auto before = maintenance_stats_now();
+  maintain();  // the first pass after a change only takes a fingerprint
+  EXPECT_EQ(cache_count(kClass), cached) << "an index that just changed is not idle";
+  maintain();  // unchanged since: idle
+  EXPECT_EQ(cache_count(kClass), 0u);
+  const auto after = maintenance_stats_now();
+  EXPECT_EQ(after.passes, before.passes + 2);
+  EXPECT_GE(after.drained_objects, before.drained_objects + cached);
+}
+
+}  // namespace
