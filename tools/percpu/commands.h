@@ -37,4 +37,8 @@ int bench_list(const bench_options& options);
 /// `percpu bench pool`: returns the process exit status.
 int bench_pool(const bench_options& options);
 
+/// `percpu bench malloc`: the allocation workloads under each allocator (all found, or those
+/// named in `only`); returns the process exit status (1 when a run under percpu malloc failed).
+int bench_malloc(const bench_options& options, const std::vector<std::string>& only);
+
 }  // namespace percpu::cli

@@ -33,6 +33,16 @@ int main(int argc, char** argv) {
   auto* pool = bench->add_subcommand(
       "pool", "Resident memory of per-CPU counters: pool vs padded arrays; allocate+free cost");
 
+  auto* malloc_suite = bench->add_subcommand(
+      "malloc",
+      "Allocation workloads (service, producer/consumer, pair latency, thread churn) under "
+      "glibc, jemalloc, tcmalloc, mimalloc and percpu malloc: throughput, latency, peak RSS");
+  std::vector<std::string> malloc_only;
+  malloc_suite
+      ->add_option("--allocators", malloc_only, "Only these allocators (default: all installed)")
+      ->check(CLI::IsMember(
+          {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
+
   auto* stress = app.add_subcommand(
       "stress",
       "Run the per-CPU structures under preemption, migration, signals, fork and remote drains, "
@@ -101,6 +111,7 @@ int main(int argc, char** argv) {
   if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
+  if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, malloc_only);
   if (stress->parsed()) {
     if (sopt.structures.empty()) sopt.structures = all_structures;
     if (sopt.modes.empty()) sopt.modes = {"cpu_id", "mm_cid"};

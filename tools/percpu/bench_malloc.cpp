@@ -1,0 +1,363 @@
+// `percpu bench malloc`: the allocation workloads of percpu-malloc-workload (the seeds' service,
+// producer/consumer, single-thread pair latency by size, thread churn), each run as its own
+// process under LD_PRELOAD of every allocator found (glibc, jemalloc default and
+// percpu_arena:percpu, gperftools tcmalloc, mimalloc, percpu malloc). Repetitions alternate the
+// allocators, so drift on a noisy machine spreads over all of them; tables give medians, the
+// spread, and the ratios the issue's done criteria name.
+//
+// Google Benchmark runs benchmarks inside its own process; an allocator chosen by LD_PRELOAD
+// needs one process per run, so this suite drives processes itself.
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_runner.h"
+#include "commands.h"
+
+extern char** environ;
+
+namespace percpu::cli {
+namespace {
+
+struct allocator {
+  std::string name;
+  std::string library;  // empty: glibc, no preload
+  std::string conf;     // MALLOC_CONF for jemalloc
+};
+
+// Debian's multiarch library directory of this build.
+#if defined(__x86_64__)
+constexpr const char* kLibDir = "/usr/lib/x86_64-linux-gnu/";
+#elif defined(__aarch64__)
+constexpr const char* kLibDir = "/usr/lib/aarch64-linux-gnu/";
+#else
+constexpr const char* kLibDir = "/usr/lib/";
+#endif
+
+bool exists(const std::string& path) {
+  return access(path.c_str(), R_OK) == 0;
+}
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<std::size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+// libpercpu_malloc.so of this build tree (build/<preset>/) or of this install (<prefix>/lib*).
+std::string find_percpu_malloc(const std::string& dir) {
+  for (const std::string& candidate :
+       {dir + "/../../libpercpu_malloc.so", dir + "/../lib/libpercpu_malloc.so",
+        dir + "/../lib64/libpercpu_malloc.so",
+        dir + "/../lib/x86_64-linux-gnu/libpercpu_malloc.so"})
+    if (exists(candidate)) return candidate;
+  return {};
+}
+
+// The allocators to compare, and a note on each one missing.
+std::vector<allocator> find_allocators(const std::string& dir, std::vector<std::string>& missing) {
+  std::vector<allocator> all;
+  all.push_back({"glibc", "", ""});
+  const std::string lib = kLibDir;
+  auto add = [&](const std::string& name, const std::string& file, const std::string& conf,
+                 const char* package) {
+    if (exists(lib + file)) {
+      all.push_back({name, lib + file, conf});
+    } else {
+      missing.push_back(name + " (" + lib + file + "; Debian package " + package + ")");
+    }
+  };
+  // jemalloc's per-CPU arenas still keep a cache per thread (tcache) in front of them.
+  add("jemalloc", "libjemalloc.so.2", "", "libjemalloc2");
+  add("jemalloc-percpu", "libjemalloc.so.2", "percpu_arena:percpu", "libjemalloc2");
+  add("tcmalloc", "libtcmalloc_minimal.so.4", "", "libtcmalloc-minimal4");
+  add("mimalloc", "libmimalloc.so.2", "", "libmimalloc2.0");
+  const std::string ours = find_percpu_malloc(dir);
+  if (ours.empty()) {
+    missing.push_back("percpu (libpercpu_malloc.so not found next to this build or install)");
+  } else {
+    all.push_back({"percpu", ours, ""});
+  }
+  return all;
+}
+
+struct workload {
+  std::string name;
+  std::vector<std::string> args;
+};
+
+std::vector<workload> workloads(bool quick) {
+  if (quick)
+    return {{"service", {"--threads", "400", "--requests", "8000"}},
+            {"producer-consumer", {"--objects", "400000"}},
+            {"latency", {"--batches", "60"}},
+            {"churn", {"--threads", "800"}}};
+  return {{"service", {"--threads", "400", "--requests", "40000"}},
+          {"producer-consumer", {"--objects", "2000000"}},
+          {"latency", {"--batches", "300"}},
+          {"churn", {"--threads", "4000"}}};
+}
+
+// Runs the workload under `a`; its JSON line, or null (after printing why) when it failed.
+nlohmann::json run_one(const std::string& program, const allocator& a, const workload& w,
+                       int timeout_s) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return nullptr;
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "MALLOC_CONF=", 12) != 0)
+      env.emplace_back(*e);
+  if (!a.library.empty()) env.push_back("LD_PRELOAD=" + a.library);
+  if (!a.conf.empty()) env.push_back("MALLOC_CONF=" + a.conf);
+  std::vector<std::string> args = {program, w.name};
+  args.insert(args.end(), w.args.begin(), w.args.end());
+  std::vector<char*> argv, envp;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return nullptr;
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  pollfd p{out[0], POLLIN, 0};
+  int waited_ms = 0;
+  while (waited_ms < timeout_s * 1000) {
+    const int r = poll(&p, 1, 100);
+    if (r == 0) {
+      waited_ms += 100;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(out[0]);
+  if (waited_ms >= timeout_s * 1000) kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::cerr << fmt::format("percpu bench malloc: {} under {} failed ({}{})\n", w.name, a.name,
+                             WIFSIGNALED(status) ? "signal " : "exit status ",
+                             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    return nullptr;
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception&) {
+    std::cerr << "percpu bench malloc: unreadable output from " << w.name << " under " << a.name
+              << "\n";
+    return nullptr;
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Spread of samples in percent of their median: 100 * (max - min) / median.
+int spread(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  const double m = median(v);
+  return m > 0 ? static_cast<int>(100 * (*hi - *lo) / m + 0.5) : 0;
+}
+
+// Samples of one metric, by workload, then allocator.
+using samples =
+    std::map<std::string, std::map<std::string, std::map<std::string, std::vector<double>>>>;
+
+std::string with_spread(double value, const std::vector<double>& v, const char* format) {
+  const int s = spread(v);
+  return fmt::format(fmt::runtime(format), value) + (s > 20 ? "~" : " ");
+}
+
+void print_workload_table(const std::string& w, const std::vector<allocator>& allocators,
+                          samples& m, const std::string& unit, bool latency) {
+  fmt::print("{:<16} {:>14} {:>5}", "allocator", unit, "sprd");
+  if (latency) fmt::print(" {:>9} {:>9}", "p50 µs", "p99 µs");
+  fmt::print(" {:>10} {:>10}\n", "peak MiB", "end MiB");
+  for (const auto& a : allocators) {
+    auto& s = m[w][a.name];
+    if (s["throughput"].empty()) {
+      fmt::print("{:<16} (failed)\n", a.name);
+      continue;
+    }
+    fmt::print("{:<16} {:>14.0f} {:>4}%", a.name, median(s["throughput"]), spread(s["throughput"]));
+    if (latency)
+      fmt::print(" {:>9} {:>9}", with_spread(median(s["p50_us"]), s["p50_us"], "{:.1f}"),
+                 with_spread(median(s["p99_us"]), s["p99_us"], "{:.1f}"));
+    fmt::print(" {:>10.1f} {:>10.1f}\n", median(s["peak_rss_kib"]) / 1024,
+               median(s["end_rss_kib"]) / 1024);
+  }
+}
+
+}  // namespace
+
+int bench_malloc(const bench_options& options, const std::vector<std::string>& only) {
+  if (!can_write(options.json_out)) return 1;
+  const std::string dir = self_dir();
+  const std::string program = dir + "/percpu-malloc-workload";
+  if (!exists(program)) {
+    std::cerr << "percpu bench malloc: " << program << " not found (build the whole project)\n";
+    return 1;
+  }
+  std::vector<std::string> missing;
+  std::vector<allocator> allocators = find_allocators(dir, missing);
+  if (!only.empty())
+    std::erase_if(allocators, [&](const allocator& a) {
+      return std::find(only.begin(), only.end(), a.name) == only.end();
+    });
+  const int reps = options.repetitions > 0 ? options.repetitions : (options.quick ? 3 : 5);
+  const auto ws = workloads(options.quick);
+
+  fmt::print(
+      "percpu bench malloc: {} workloads x {} allocators x {} repetitions, each run its own "
+      "process under LD_PRELOAD (medians; ~ marks a spread above 20%)\n",
+      ws.size(), allocators.size(), reps);
+  for (const auto& m : missing) fmt::print("  not installed, skipped: {}\n", m);
+
+  samples m;
+  std::map<std::string, std::map<std::string, std::map<std::size_t, std::vector<double>>>> by_size;
+  nlohmann::json raw = nlohmann::json::array();
+  const int total = reps * static_cast<int>(ws.size() * allocators.size());
+  int done = 0;
+  bool percpu_failed = false;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (const auto& w : ws) {
+      // Rotate the order each repetition: no allocator always runs first or last.
+      for (std::size_t k = 0; k < allocators.size(); ++k) {
+        const allocator& a = allocators[(k + static_cast<std::size_t>(rep)) % allocators.size()];
+        std::cerr << fmt::format("\r[malloc] {}/{}: repetition {}/{}, {} under {}          ",
+                                 ++done, total, rep + 1, reps, w.name, a.name);
+        const nlohmann::json r = run_one(program, a, w, 600);
+        if (r.is_null()) {
+          percpu_failed = percpu_failed || a.name == "percpu";
+          continue;
+        }
+        raw.push_back({{"allocator", a.name}, {"repetition", rep}, {"result", r}});
+        for (const char* key : {"throughput", "peak_rss_kib", "end_rss_kib", "p50_us", "p99_us"})
+          if (r.contains(key)) m[w.name][a.name][key].push_back(r[key].get<double>());
+        if (r.contains("by_size"))
+          for (const auto& s : r["by_size"]) {
+            by_size[a.name]["p50"][s["size"].get<std::size_t>()].push_back(s["p50_ns"]);
+            by_size[a.name]["p99"][s["size"].get<std::size_t>()].push_back(s["p99_ns"]);
+          }
+      }
+    }
+  }
+  std::cerr << "\n";
+
+  fmt::print(
+      "\n1. The seeds' service: 400 threads, as many serving at once as there are CPUs, "
+      "1 ms idle between a thread's requests\n");
+  print_workload_table("service", allocators, m, "requests/s", true);
+  fmt::print("\n2. Producer/consumer: objects freed by another thread than their allocator's\n");
+  print_workload_table("producer-consumer", allocators, m, "objects/s", false);
+  fmt::print("\n4. Thread churn: short-lived threads, each freeing what the previous one left\n");
+  print_workload_table("churn", allocators, m, "threads/s", false);
+
+  fmt::print(
+      "\n3. Single-thread malloc+free pair, ns (median of batches of 1000 pairs; p99 of "
+      "batches in the JSON)\n{:>8}",
+      "size");
+  for (const auto& a : allocators) fmt::print(" {:>15}", a.name);
+  fmt::print(" {:>18}\n", "percpu/fastest");
+  double worst_latency_ratio = 0;
+  if (!allocators.empty() && !by_size[allocators.front().name]["p50"].empty()) {
+    for (const auto& [size, _] : by_size[allocators.front().name]["p50"]) {
+      fmt::print("{:>8}", size);
+      double fastest = 1e300, ours = 0;
+      for (const auto& a : allocators) {
+        const auto& v = by_size[a.name]["p50"][size];
+        const double med = median(v);
+        fmt::print(" {:>15}", v.empty() ? "-" : with_spread(med, v, "{:.1f}"));
+        if (v.empty()) continue;
+        fastest = std::min(fastest, med);
+        if (a.name == "percpu") ours = med;
+      }
+      if (ours > 0) {
+        fmt::print(" {:>17.2f}x\n", ours / fastest);
+        worst_latency_ratio = std::max(worst_latency_ratio, ours / fastest);
+      } else {
+        fmt::print("\n");
+      }
+    }
+  }
+
+  // The issue's done criteria, from the medians above.
+  auto med = [&](const std::string& w, const std::string& a, const char* key) {
+    return median(m[w][a][key]);
+  };
+  if (!m["service"]["percpu"]["throughput"].empty()) {
+    double best_rss = 1e300, best_tput = 0;
+    std::string best_rss_name, best_tput_name;
+    for (const auto& a : allocators) {
+      if (m["service"][a.name]["throughput"].empty()) continue;
+      const bool counted = a.name == "glibc" || a.name == "tcmalloc" || a.name == "mimalloc";
+      if (counted && med("service", a.name, "peak_rss_kib") < best_rss) {
+        best_rss = med("service", a.name, "peak_rss_kib");
+        best_rss_name = a.name;
+      }
+      if (a.name != "percpu" && med("service", a.name, "throughput") > best_tput) {
+        best_tput = med("service", a.name, "throughput");
+        best_tput_name = a.name;
+      }
+    }
+    fmt::print("\nDone criteria (issue 5):\n");
+    if (!best_rss_name.empty()) {
+      const double r = med("service", "percpu", "peak_rss_kib") / best_rss;
+      fmt::print(
+          "  service peak RSS, percpu / best per-thread-cache allocator ({}): {:.2f}x "
+          "(target <= 0.80x) {}\n",
+          best_rss_name, r, r <= 0.8 ? "met" : "NOT met");
+    }
+    if (!best_tput_name.empty()) {
+      const double r = med("service", "percpu", "throughput") / best_tput;
+      fmt::print("  service throughput, percpu / best other ({}): {:.2f}x (target >= 0.90x) {}\n",
+                 best_tput_name, r, r >= 0.9 ? "met" : "NOT met");
+    }
+    if (worst_latency_ratio > 0)
+      fmt::print("  pair latency, percpu / fastest, worst size: {:.2f}x (target <= 1.50x) {}\n",
+                 worst_latency_ratio, worst_latency_ratio <= 1.5 ? "met" : "NOT met");
+  }
+
+  if (!options.json_out.empty()) {
+    std::ofstream out(options.json_out);
+    out << nlohmann::json{{"suite", "malloc"}, {"runs", raw}}.dump(2) << "\n";
+    if (!out) {
+      std::cerr << "percpu: cannot write " << options.json_out << "\n";
+      return 1;
+    }
+  }
+  if (percpu_failed) std::cerr << "percpu bench malloc: a run under percpu malloc failed\n";
+  return percpu_failed ? 1 : 0;
+}
+
+}  // namespace percpu::cli
