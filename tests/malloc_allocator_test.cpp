@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <percpu/malloc/allocator.h>
+#include <percpu/malloc/page_heap.h>
+#include <percpu/malloc/reentrancy.h>
 #include <percpu/malloc/size_classes.h>
 #include <percpu/malloc/stats.h>
 #include <unistd.h>
@@ -189,3 +191,28 @@ TEST(MallocAllocator, CrossThreadFreesNeverShareAnObject) {
 }
 
 }  // namespace
+
+// What a signal handler that interrupted the allocator's own locked code sees (t_locks above
+// zero on its thread): allocations that would need a lock fail with ENOMEM instead of waiting
+// for a lock the thread itself holds, and frees are deferred to the thread's next slow path.
+TEST(MallocAllocator, InsideALockedRegionNothingWaitsForALock) {
+  std::thread t([] {
+    void* large = allocate(std::size_t{1} << 20);
+    ASSERT_NE(large, nullptr);
+    ++t_locks;  // as if a handler ran inside a locked region of this thread
+    errno = 0;
+    // The 20 KiB class: nothing in this test left objects in its cache on this index.
+    EXPECT_EQ(allocate(20000), nullptr);
+    EXPECT_EQ(errno, ENOMEM);
+    EXPECT_EQ(allocate(std::size_t{2} << 20), nullptr) << "large: the page heap's lock";
+    deallocate(large);  // deferred: still mapped
+    EXPECT_NE(page_heap().span_of(large), nullptr);
+    --t_locks;
+    void* p = allocate(20000);  // a slow path: completes the deferred free first
+    ASSERT_NE(p, nullptr);
+    const span* s = page_heap().span_of(large);
+    EXPECT_TRUE(s == nullptr || s->kind == span::state::free) << "the deferred free completed";
+    deallocate(p);
+  });
+  t.join();
+}

@@ -45,11 +45,26 @@ TEST(MallocCpuCache, FastPathsAreLifoAndBounded) {
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
     percpu::current_cpu();  // registers this thread where percpu owns the area
     empty_all();
-    const std::size_t cap = cache_capacity(kClass);
+    while (cache_note_miss(kClass)) {
+    }
+    const std::size_t cap = cache_capacity_of(percpu::current_mm_cid(), kClass);
+    EXPECT_EQ(cap, cache_max_capacity(kClass)) << "misses grow the capacity to the stack's room";
     std::vector<char> objects(cap + 1);
     for (std::size_t i = 0; i < cap; ++i) ASSERT_TRUE(cache_push_fast(kClass, &objects[i])) << i;
     EXPECT_FALSE(cache_push_fast(kClass, &objects[cap])) << "a full stack declines";
     EXPECT_EQ(cache_count(kClass), cap);
+    // A capacity lowered below what the stack holds (maintenance does that): the generic
+    // pushes decline too, and nothing is written past the stack's room.
+    std::intptr_t* cap_word = cache_layout::g_regions.load() +
+                              percpu::current_mm_cid() * cache_layout::kRegionWords +
+                              cache_layout::kCapWord + kClass;
+    const std::intptr_t saved = *cap_word;
+    __atomic_store_n(cap_word, 1, __ATOMIC_RELAXED);
+    EXPECT_FALSE(cache_push(kClass, &objects[cap]));
+    void* more[1] = {&objects[cap]};
+    EXPECT_EQ(cache_push_many(kClass, more, 1), 0u) << "no room left";
+    EXPECT_EQ(cache_count(kClass), cap);
+    __atomic_store_n(cap_word, saved, __ATOMIC_RELAXED);
     for (std::size_t i = cap; i-- > 0;) ASSERT_EQ(cache_pop_fast(kClass), &objects[i]) << i;
     EXPECT_EQ(cache_pop_fast(kClass), nullptr) << "an empty stack declines";
   });
@@ -95,6 +110,31 @@ TEST(MallocCpuCache, FastPathsStepAsideOnAThreadWhoseAreaIsUnregistered) {
     percpu::malloc_impl::deallocate(q);  // the slow path registers again
     EXPECT_EQ(cache_count(kClass), cached + 1);
     empty_all();
+  });
+  t.join();
+}
+
+TEST(MallocCpuCache, CapacitiesGrowOnMissesWithinTheBudgetAndShrinkWhenUnused) {
+  ASSERT_TRUE(cache_init());
+  std::thread t([] {
+    const int index = percpu::current_mm_cid();
+    // The largest classes: a few misses exhaust any budget of a few MiB.
+    for (std::size_t cls = kClassCount - 1; cls > kClassCount - 10; --cls)
+      while (cache_note_miss(cls)) {
+      }
+    EXPECT_LE(cache_committed_bytes(index), cache_budget_bytes());
+    EXPECT_GT(cache_committed_bytes(index), cache_budget_bytes() / 2);
+    std::size_t before = 0;
+    for (std::size_t cls = 1; cls < kClassCount; ++cls) before += cache_capacity_of(index, cls);
+    EXPECT_FALSE(cache_note_miss(kClassCount - 1)) << "over budget: no growth";
+    // No misses since: each pass gives a batch of every unused class back (or, if the index
+    // looks idle, drains it and drops its capacities).
+    maintain();
+    maintain();
+    std::size_t after = 0;
+    for (std::size_t cls = 1; cls < kClassCount; ++cls) after += cache_capacity_of(index, cls);
+    EXPECT_LT(after, before);
+    EXPECT_LT(cache_committed_bytes(index), cache_budget_bytes() / 2);
   });
   t.join();
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs real programs with percpu malloc preloaded and checks their results: python3 building and
 # summing a large dict, sqlite3 running a query workload, git on a fresh repository, and the
-# project's own test binary (threads, signals, fork, fallback switches).
-# Usage: malloc_preload_check.sh LIBPERCPU_MALLOC PERCPU_TESTS
+# project's own test binary (threads, signals, fork, fallback switches), and a multi-threaded C++
+# program (cross-thread frees, thread exit, a signal handler, forks while threads allocate).
+# Usage: malloc_preload_check.sh LIBPERCPU_MALLOC PERCPU_TESTS MALLOC_THREADS_PROGRAM
 set -euo pipefail
 lib=$1
 tests=$2
+program=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run() { LD_PRELOAD=$lib "$@"; }
@@ -53,6 +55,12 @@ echo "sqlite3: ok"
   [[ $(run git show HEAD:file20 | wc -l) == 2000 ]] || fail "git show"
 )
 echo "git: ok"
+
+out=$(run "$program" 20000)
+[[ $out == "ok 80000 objects"* ]] || fail "malloc_threads_program printed '$out'"
+out=$(GLIBC_TUNABLES=glibc.pthread.rseq=0 run "$program" 5000)
+[[ $out == "ok 20000 objects"* ]] || fail "malloc_threads_program (own rseq area) printed '$out'"
+echo "malloc_threads_program: ok ($out)"
 
 run "$tests" --gtest_brief=1 > "$work/tests.log" 2>&1 ||
   { tail -30 "$work/tests.log"; fail "percpu_tests under LD_PRELOAD"; }

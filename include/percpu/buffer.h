@@ -31,7 +31,9 @@ bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexce
       std::intptr_t* r = words(index);
       const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
       closed = (n & kCountClosed) != 0;
-      full = n == static_cast<std::intptr_t>(capacity);
+      // At or above: a caller may lower the capacity of a stack that holds more (percpu
+      // malloc's adaptive capacities).
+      full = !closed && n >= static_cast<std::intptr_t>(capacity);
       if (closed || full) return status::compare_failed;
       return compare_store_store<M, commit_order::release>(&r[0], n, &r[1 + n], value, n + 1,
                                                            index);
@@ -114,7 +116,7 @@ template <index_mode M, class Words>
 std::size_t stack_push_many(Words&& words, std::size_t capacity, const std::intptr_t* values,
                             std::size_t count) noexcept {
   return stack_move_many<M>(
-      words, [&](std::size_t n) { return std::min(capacity - n, count); },
+      words, [&](std::size_t n) { return n >= capacity ? 0 : std::min(capacity - n, count); },
       [&](std::intptr_t* r, std::intptr_t n, std::intptr_t k, int index) {
         return compare_memcpy_store<M, commit_order::release>(
             &r[0], n, &r[n + 1], values, static_cast<std::size_t>(k) * sizeof(std::intptr_t), n + k,

@@ -15,6 +15,7 @@
 #include "percpu/malloc/free_tag.h"
 #include "percpu/malloc/maintenance.h"
 #include "percpu/malloc/page_heap.h"
+#include "percpu/malloc/reentrancy.h"
 #include "percpu/malloc/stats.h"
 
 namespace percpu::malloc_impl {
@@ -58,10 +59,38 @@ class nested {
   std::abort();
 }
 
+// Frees a signal handler could not finish because it interrupted a locked region of this
+// thread: kept here (an object the allocator still counts as live and tagged as cached) until
+// this thread's next slow path, which completes them. Beyond kDeferred the object is leaked and
+// counted (statistics), never corrupted.
+constexpr int kDeferred = 64;
+__attribute__((tls_model("initial-exec"))) thread_local void* t_deferred[kDeferred];
+__attribute__((tls_model("initial-exec"))) thread_local int t_deferred_count = 0;
+
+void defer_free(void* p) noexcept {
+  if (t_deferred_count < kDeferred) {
+    t_deferred[t_deferred_count++] = p;
+  } else {
+    count_leaked_free();
+  }
+}
+
+void finish_free(void* p) noexcept;
+
+// Completes the deferred frees (called at the start of the slow paths, outside any lock).
+void free_deferred() noexcept {
+  while (PERCPU_UNLIKELY(t_deferred_count != 0)) {
+    // Taken off first: a signal arriving now defers onto the list again, never loses one.
+    void* p = t_deferred[--t_deferred_count];
+    finish_free(p);
+  }
+}
+
 // A batch from the central lists: one object for the caller, the rest onto this index's stack.
 void* refill(std::size_t cls) noexcept {
   count_refill(cls);
   maybe_maintain();
+  cache_note_miss(cls);  // an empty stack: let it hold more, budget permitting
   void* batch[kMaxBatch];
   const std::size_t n = central_remove(cls, batch, kClasses[cls].batch);
   if (n == 0) return nullptr;
@@ -75,6 +104,17 @@ void* refill(std::size_t cls) noexcept {
 // lists. Out of line, so the fast path needs no stack frame.
 __attribute__((noinline)) void* allocate_small(std::size_t cls) noexcept {
   void* p = nullptr;
+  if (PERCPU_UNLIKELY(t_locks != 0)) {
+    // A signal handler interrupted this thread inside a locked region: no lock may be taken.
+    if (cache_init()) p = cache_pop(cls);
+    if (p == nullptr) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    clear_free_tag(p);
+    return p;
+  }
+  free_deferred();
   if (t_depth == 0) {
     nested guard;
     if (cache_init()) {
@@ -90,13 +130,21 @@ __attribute__((noinline)) void* allocate_small(std::size_t cls) noexcept {
   return p;
 }
 
-// Returns a freed object: onto this index's stack, flushing a batch to the central lists when
-// the stack is full. The slow path of free (out of line, as allocate_small).
+// Returns a freed object: onto this index's stack, growing its capacity or flushing a batch to
+// the central lists when it is at capacity. The slow path of free (out of line, as allocate_small).
 __attribute__((noinline)) void give_back(std::size_t cls, void* p) noexcept {
+  if (PERCPU_UNLIKELY(t_locks != 0)) {
+    // A signal handler inside a locked region (see allocate_small).
+    if (!cache_init() || !cache_push(cls, p)) defer_free(p);
+    return;
+  }
+  free_deferred();
   if (t_depth == 0) {
     nested guard;
     if (cache_init()) {
       if (cache_push(cls, p)) return;
+      // At capacity: grow it, budget permitting, or else make room.
+      if (cache_note_miss(cls) && cache_push(cls, p)) return;
       count_flush(cls);
       maybe_maintain();
       void* batch[kMaxBatch];
@@ -108,7 +156,19 @@ __attribute__((noinline)) void give_back(std::size_t cls, void* p) noexcept {
   central_insert(cls, &p, 1);
 }
 
+// Completes a deferred free: a small object, checked and tagged already, goes to the caches;
+// a large one is unmapped (checked there).
+void finish_free(void* p) noexcept {
+  span* s = page_heap().span_of(p);
+  if (s != nullptr && s->kind == span::state::small) return give_back(s->size_class, p);
+  if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+}
+
 void* allocate_large(std::size_t size, std::size_t alignment) noexcept {
+  if (PERCPU_UNLIKELY(t_locks != 0)) {  // a handler inside a locked region: no lock
+    errno = ENOMEM;
+    return nullptr;
+  }
   span* s = page_heap().map_large(size, alignment);
   if (s == nullptr) {
     errno = ENOMEM;
@@ -130,6 +190,7 @@ span& span_or_die(const void* p, const char* fault) noexcept {
 // not exist there. The per-CPU caches need nothing: a section interrupted by fork() never
 // committed.
 void lock_for_fork() noexcept {
+  ++t_locks;  // a handler running on this thread during fork() must not wait for these
   central_lock_all();
   page_heap().lock();
 }
@@ -137,12 +198,14 @@ void lock_for_fork() noexcept {
 void unlock_after_fork() noexcept {
   page_heap().unlock();
   central_unlock_all();
+  --t_locks;
 }
 
 // free() of anything but a small object in use: a large allocation, or a fault.
 __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
   if (s == nullptr || s->kind == span::state::free)
     fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
+  if (PERCPU_UNLIKELY(t_locks != 0)) return defer_free(p);  // a handler: see give_back
   if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
 }
 

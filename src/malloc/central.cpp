@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "percpu/malloc/free_tag.h"
+#include "percpu/malloc/reentrancy.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -21,15 +22,17 @@ struct class_state {
 
 class_state g_classes[kClassCount];
 
-class locked {
- public:
-  explicit locked(class_state& c) : c_(c) { pthread_mutex_lock(&c_.lock); }
-  ~locked() { pthread_mutex_unlock(&c_.lock); }
-  locked(const locked&) = delete;
-  locked& operator=(const locked&) = delete;
+void lock_mutex(pthread_mutex_t* m) {
+  pthread_mutex_lock(m);
+}
+void unlock_mutex(pthread_mutex_t* m) {
+  pthread_mutex_unlock(m);
+}
 
- private:
-  class_state& c_;
+// A class's lock, counted for signal handlers (reentrancy.h).
+class locked : counted_lock<pthread_mutex_t, lock_mutex, unlock_mutex> {
+ public:
+  explicit locked(class_state& c) : counted_lock(&c.lock) {}
 };
 
 void push_front(span*& list, span* s) {

@@ -4,8 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 
 #include <percpu/buffer.h>
 #include <percpu/remote.h>
@@ -23,9 +25,47 @@ using cache_layout::kRegionWords;
 
 std::atomic<int> g_indices{0};  // every initializing thread stores the same value
 
+std::size_t g_budget = kDefaultCacheBudget;
+
+constexpr std::size_t max_stack_entries() {
+  std::size_t m = 0;
+  for (std::size_t c = 1; c < kClassCount; ++c) m = std::max(m, cache_max_capacity(c));
+  return m;
+}
+constexpr std::size_t kMaxStackEntries = max_stack_entries();  // set by the first cache_init()
+
+std::intptr_t* header_of(int index) noexcept {
+  return g_regions.load(std::memory_order_relaxed) + static_cast<std::size_t>(index) * kRegionWords;
+}
+
 std::intptr_t* stack_of(int index, std::size_t cls) noexcept {
-  return g_regions.load(std::memory_order_relaxed) +
-         static_cast<std::size_t>(index) * kRegionWords + kOffsets[cls];
+  return header_of(index) + kOffsets[cls];
+}
+
+std::intptr_t* cap_of(int index, std::size_t cls) noexcept {
+  return header_of(index) + cache_layout::kCapWord + cls;
+}
+
+std::intptr_t* committed_of(int index) noexcept {
+  return header_of(index) + cache_layout::kCommittedWord;
+}
+
+// The capacity to use for the generic operations on `index`: the current one, bounded by the
+// stack's room.
+std::size_t usable_capacity(int index, std::size_t cls) noexcept {
+  const auto cap = static_cast<std::size_t>(__atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED));
+  return cap < cache_max_capacity(cls) ? cap : cache_max_capacity(cls);
+}
+
+// Lowers `cls`'s capacity on `index` from `cap` to `to`, returning the bytes to the budget;
+// false when another thread changed it first.
+bool lower_capacity(int index, std::size_t cls, std::intptr_t cap, std::intptr_t to) noexcept {
+  if (!__atomic_compare_exchange_n(cap_of(index, cls), &cap, to, false, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED))
+    return false;
+  __atomic_fetch_sub(committed_of(index),
+                     (cap - to) * static_cast<std::intptr_t>(kClasses[cls].size), __ATOMIC_RELAXED);
+  return true;
 }
 
 }  // namespace
@@ -46,6 +86,11 @@ bool cache_init() noexcept {
   // caches are not used, and the operations below would wait for it.
   if (!percpu::detail::try_initialize()) return false;
   const int indices = index_space<kMode>();
+  if (const char* b = getenv("PERCPU_MALLOC_CPU_CACHE_BYTES"); b != nullptr && *b != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = strtoull(b, &end, 10);
+    if (end != nullptr && *end == '\0') g_budget = static_cast<std::size_t>(v);
+  }
   const std::size_t bytes =
       static_cast<std::size_t>(indices) * kRegionWords * sizeof(std::intptr_t);
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -78,8 +123,46 @@ void* cache_pop(std::size_t cls) noexcept {
 }
 
 bool cache_push(std::size_t cls, void* p) noexcept {
-  return percpu::detail::stack_push<kMode>([&](int index) { return stack_of(index, cls); },
-                                           cache_capacity(cls), reinterpret_cast<std::intptr_t>(p));
+  const std::size_t cap = usable_capacity(current_index<kMode>(), cls);
+  return percpu::detail::stack_push<kMode>([&](int index) { return stack_of(index, cls); }, cap,
+                                           reinterpret_cast<std::intptr_t>(p));
+}
+
+bool cache_note_miss(std::size_t cls) noexcept {
+  const int index = current_index<kMode>();
+  if (index < 0 || index >= g_indices.load(std::memory_order_relaxed)) return false;
+  std::intptr_t* h = header_of(index);
+  __atomic_fetch_add(&h[cache_layout::kMissWord + cls], 1, __ATOMIC_RELAXED);
+  std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
+  const auto max = static_cast<std::intptr_t>(cache_max_capacity(cls));
+  if (cap >= max) return false;
+  const std::intptr_t step = std::min<std::intptr_t>(kClasses[cls].batch, max - cap);
+  const std::intptr_t bytes = step * static_cast<std::intptr_t>(kClasses[cls].size);
+  std::intptr_t committed = __atomic_load_n(committed_of(index), __ATOMIC_RELAXED);
+  do {
+    if (static_cast<std::size_t>(committed + bytes) > g_budget) return false;
+  } while (!__atomic_compare_exchange_n(committed_of(index), &committed, committed + bytes, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  if (!__atomic_compare_exchange_n(cap_of(index, cls), &cap, cap + step, false, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED)) {
+    __atomic_fetch_sub(committed_of(index), bytes, __ATOMIC_RELAXED);  // changed meanwhile
+    return false;
+  }
+  return true;
+}
+
+std::size_t cache_capacity_of(int index, std::size_t cls) noexcept {
+  if (index < 0 || index >= cache_indices() || cls == 0 || cls >= kClassCount) return 0;
+  return static_cast<std::size_t>(__atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED));
+}
+
+std::size_t cache_committed_bytes(int index) noexcept {
+  if (index < 0 || index >= cache_indices()) return 0;
+  return static_cast<std::size_t>(__atomic_load_n(committed_of(index), __ATOMIC_RELAXED));
+}
+
+std::size_t cache_budget_bytes() noexcept {
+  return g_budget;
 }
 
 std::size_t cache_pop_many(std::size_t cls, void** out, std::size_t n) noexcept {
@@ -89,7 +172,7 @@ std::size_t cache_pop_many(std::size_t cls, void** out, std::size_t n) noexcept 
 
 std::size_t cache_push_many(std::size_t cls, void* const* in, std::size_t n) noexcept {
   return percpu::detail::stack_push_many<kMode>([&](int index) { return stack_of(index, cls); },
-                                                cache_capacity(cls),
+                                                cache_max_capacity(cls),
                                                 reinterpret_cast<const std::intptr_t*>(in), n);
 }
 
@@ -144,31 +227,68 @@ std::uint64_t cache_fingerprint(int index) noexcept {
   return f;
 }
 
+namespace {
+
+// Moves the entries of `cls`'s stack on `index` above `keep` to the central lists: closes the
+// count, fences the index, copies them out, reopens with the lower count. Returns how many it
+// moved; -1 when no fence is available (nothing moved).
+std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept {
+  std::intptr_t* w = stack_of(index, cls);
+  if (!resident(w)) return 0;  // never touched: empty
+  const auto k = static_cast<std::intptr_t>(keep);
+  if ((__atomic_load_n(w, __ATOMIC_ACQUIRE) & ~percpu::detail::kCountClosed) <= k) return 0;
+  void* taken[kMaxStackEntries];
+  std::intptr_t n = 0, moved = 0;
+  try {
+    percpu::detail::remote_section remote;
+    n = percpu::detail::close_count<kMode>(w, index);
+    // Closed and fenced: no section on this index can commit until the count is stored.
+    for (std::intptr_t j = k; j < n; ++j) taken[moved++] = reinterpret_cast<void*>(w[1 + j]);
+    __atomic_store_n(w, std::min(n, k), __ATOMIC_RELEASE);
+  } catch (...) {
+    return -1;
+  }
+  // In whole batches where possible: they stop in the transfer cache.
+  const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
+  for (std::intptr_t j = 0; j < moved; j += batch)
+    central_insert(cls, taken + j, static_cast<std::size_t>(std::min(batch, moved - j)));
+  return moved;
+}
+
+}  // namespace
+
 std::size_t cache_drain(int index) noexcept {
-  if (g_regions.load(std::memory_order_acquire) == nullptr || index < 0 ||
-      index >= g_indices.load(std::memory_order_relaxed))
-    return 0;
+  if (index < 0 || index >= cache_indices()) return 0;
   std::size_t moved = 0;
-  void* taken[2 * kMaxBatch];
   for (std::size_t cls = 1; cls < kClassCount; ++cls) {
-    std::intptr_t* w = stack_of(index, cls);
-    if (!resident(w) || (__atomic_load_n(w, __ATOMIC_ACQUIRE) & ~percpu::detail::kCountClosed) == 0)
-      continue;
-    std::intptr_t n = 0;
-    try {
-      percpu::detail::remote_section remote;
-      n = percpu::detail::close_count<kMode>(w, index);
-      // Closed and fenced: no section on this index can commit until the count is stored.
-      for (std::intptr_t k = 0; k < n; ++k) taken[k] = reinterpret_cast<void*>(w[1 + k]);
-      __atomic_store_n(w, 0, __ATOMIC_RELEASE);
-    } catch (...) {
-      return moved;  // no fence on this machine: the caches stay as they are
-    }
-    // In whole batches where possible: they stop in the transfer cache.
-    const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
-    for (std::intptr_t k = 0; k < n; k += batch)
-      central_insert(cls, taken + k, static_cast<std::size_t>(std::min(batch, n - k)));
-    moved += static_cast<std::size_t>(n);
+    const std::ptrdiff_t m = trim_stack(index, cls, 0);
+    if (m < 0) return moved;  // no fence on this machine: the caches stay as they are
+    moved += static_cast<std::size_t>(m);
+    // An idle index gives its budget back; a thread that comes to run there starts over.
+    const std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
+    if (cap != 0) lower_capacity(index, cls, cap, 0);
+  }
+  return moved;
+}
+
+std::size_t cache_shrink_unused(int index) noexcept {
+  if (index < 0 || index >= cache_indices()) return 0;
+  std::intptr_t* h = header_of(index);
+  if (!resident(h)) return 0;
+  std::size_t moved = 0;
+  for (std::size_t cls = 1; cls < kClassCount; ++cls) {
+    const std::intptr_t misses =
+        __atomic_load_n(&h[cache_layout::kMissWord + cls], __ATOMIC_RELAXED);
+    std::intptr_t& seen = h[cache_layout::kSeenMissWord + cls];  // the pass's own word
+    const bool unused = misses == seen;
+    seen = misses;
+    const std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
+    if (!unused || cap == 0) continue;
+    const std::intptr_t to = cap - std::min<std::intptr_t>(cap, kClasses[cls].batch);
+    if (!lower_capacity(index, cls, cap, to)) continue;
+    const std::ptrdiff_t m = trim_stack(index, cls, static_cast<std::size_t>(to));
+    if (m < 0) break;
+    moved += static_cast<std::size_t>(m);
   }
   return moved;
 }

@@ -42,7 +42,9 @@ void pass_locked() noexcept {
       }
       g_fingerprint[i] = cache_fingerprint(i);
     } else {
-      g_fingerprint[i] = f;
+      // In use: classes without a miss since the last pass give a batch of capacity back.
+      g_stats.trimmed_objects += cache_shrink_unused(i);
+      g_fingerprint[i] = cache_fingerprint(i);
     }
   }
   const page_heap_stats h = page_heap().stats();

@@ -4,6 +4,8 @@
 // load, so it works before any constructor runs; nothing here calls malloc.
 #include "percpu/malloc/page_heap.h"
 
+#include "percpu/malloc/reentrancy.h"
+
 #include <pthread.h>
 #include <sys/mman.h>
 
@@ -33,12 +35,17 @@ char* g_meta_end;
 void* g_meta_free[21];  // recycled metadata blocks by log2 size (16 B .. 1 MiB)
 page_heap_stats g_stats;
 
-class locked {
+void lock_mutex(pthread_mutex_t* m) {
+  pthread_mutex_lock(m);
+}
+void unlock_mutex(pthread_mutex_t* m) {
+  pthread_mutex_unlock(m);
+}
+
+// The heap's lock, counted for signal handlers (reentrancy.h).
+class locked : counted_lock<pthread_mutex_t, lock_mutex, unlock_mutex> {
  public:
-  locked() { pthread_mutex_lock(&g_lock); }
-  ~locked() { pthread_mutex_unlock(&g_lock); }
-  locked(const locked&) = delete;
-  locked& operator=(const locked&) = delete;
+  locked() : counted_lock(&g_lock) {}
 };
 
 // Maps `bytes` aligned on a page of the page heap (mmap aligns on the kernel's 4 KiB page).

@@ -11,12 +11,14 @@
 
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
+#include "percpu/malloc/maintenance.h"
 
 namespace percpu::malloc_impl {
 namespace {
 
 std::atomic<std::size_t> g_refills[kClassCount];
 std::atomic<std::size_t> g_flushes[kClassCount];
+std::atomic<std::size_t> g_leaked_frees;
 
 // Resident pages from /proc/self/statm (second field), read without stdio.
 std::size_t rss_bytes() noexcept {
@@ -48,6 +50,10 @@ void count_refill(std::size_t cls) noexcept {
   g_refills[cls].fetch_add(1, std::memory_order_relaxed);
 }
 
+void count_leaked_free() noexcept {
+  g_leaked_frees.fetch_add(1, std::memory_order_relaxed);
+}
+
 void count_flush(std::size_t cls) noexcept {
   g_flushes[cls].fetch_add(1, std::memory_order_relaxed);
 }
@@ -65,7 +71,17 @@ void collect_stats(malloc_stats& out) noexcept {
     k.cached_objects = cache_count(c);
     k.refills = g_refills[c].load(std::memory_order_relaxed);
     k.flushes = g_flushes[c].load(std::memory_order_relaxed);
+    k.capacity = 0;
+    for (int i = 0; i < cache_indices(); ++i) k.capacity += cache_capacity_of(i, c);
   }
+  out.cache_indices = static_cast<std::size_t>(cache_indices());
+  out.cache_budget = cache_budget_bytes();
+  out.cache_committed = 0;
+  for (int i = 0; i < cache_indices(); ++i) out.cache_committed += cache_committed_bytes(i);
+  const maintenance_stats m = maintenance_stats_now();
+  out.drains = m.drains;
+  out.trimmed = m.trimmed_objects;
+  out.leaked_frees = g_leaked_frees.load(std::memory_order_relaxed);
 }
 
 void print_stats(int fd) noexcept {
@@ -79,13 +95,18 @@ void print_stats(int fd) noexcept {
       "%zu KiB released, %zu KiB large, %zu KiB metadata\n",
       s.rss_bytes >> 10, s.heap.mapped >> 10, s.heap.in_use >> 10, s.heap.free >> 10,
       s.heap.released >> 10, s.heap.large >> 10, s.heap.metadata >> 10);
-  put(fd, "%6s %6s %12s %12s %12s %10s %10s\n", "size", "spans", "free/spans", "transfer",
-      "cpu caches", "refills", "flushes");
+  put(fd,
+      "per-CPU caches: %zu indices, budget %zu KiB each, %zu KiB committed; maintenance: %zu "
+      "idle drains, %zu objects trimmed; %zu frees in signal handlers leaked\n",
+      s.cache_indices, s.cache_budget >> 10, s.cache_committed >> 10, s.drains, s.trimmed,
+      s.leaked_frees);
+  put(fd, "%6s %6s %12s %12s %12s %10s %10s %10s\n", "size", "spans", "free/spans", "transfer",
+      "cpu caches", "capacity", "refills", "flushes");
   for (std::size_t c = 1; c < kClassCount; ++c) {
     const class_stats& k = s.classes[c];
     if (k.spans == 0 && k.cached_objects == 0 && k.refills == 0) continue;
-    put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
-        k.transfer_objects, k.cached_objects, k.refills, k.flushes);
+    put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
+        k.transfer_objects, k.cached_objects, k.capacity, k.refills, k.flushes);
   }
   pthread_mutex_unlock(&printing);
 }

@@ -3,8 +3,16 @@
 // otherwise. Each (index, class) is a bounded stack pushed and popped with one rseq critical
 // section (no atomic instruction), and moved in bulk with one compare_memcpy_store.
 //
-// The caches live in one mapping of the index space x the classes' stacks, made at first use;
-// untouched stacks cost no resident memory.
+// Capacities adapt to use under a byte budget per index: each (index, class) stack has room for
+// cache_max_capacity() entries, but the fast push stops at the stack's current capacity. A miss
+// (a refill of an empty stack, or a push onto a full one) grows the capacity by one transfer
+// batch while the index's budget (cache_budget_bytes(), default 3 MiB) allows; the
+// maintenance pass shrinks capacities of classes that had no miss since the previous pass and
+// trims what lies above them. The budget is a target, not a hard limit: a refill may leave up to
+// one batch above a capacity until the next pass.
+//
+// The caches live in one mapping of the index space x (a header, then the classes' stacks), made
+// at first use; untouched stacks cost no resident memory.
 #pragma once
 
 #include <array>
@@ -21,17 +29,35 @@
 
 namespace percpu::malloc_impl {
 
-/// Entries of class `cls`'s stack on each index: two transfer batches.
-constexpr std::size_t cache_capacity(std::size_t cls) {
-  return cls == 0 ? 0 : 2 * std::size_t{kClasses[cls].batch};
+/// Room of class `cls`'s stack on each index, in entries: four transfer batches, and at most
+/// 512 KiB of objects (but at least one batch).
+constexpr std::size_t cache_max_capacity(std::size_t cls) {
+  if (cls == 0) return 0;
+  const std::size_t batch = kClasses[cls].batch;
+  const std::size_t by_bytes = (512u << 10) / kClasses[cls].size;
+  const std::size_t bound = by_bytes > batch ? by_bytes : batch;
+  return 4 * batch < bound ? 4 * batch : bound;
 }
 
+/// Default byte budget of one index's caches (PERCPU_MALLOC_CPU_CACHE_BYTES overrides it).
+inline constexpr std::size_t kDefaultCacheBudget = 3u << 20;
+
 namespace cache_layout {
+
+/// An index's region starts with a header of words: each class's current capacity (0: not set
+/// yet; the fast push then always declines), its misses, its misses at the last maintenance
+/// pass, and the bytes the capacities commit (sum of capacity x size).
+inline constexpr std::size_t kCapWord = 0;
+inline constexpr std::size_t kMissWord = kClassCount;
+inline constexpr std::size_t kSeenMissWord = 2 * kClassCount;
+inline constexpr std::size_t kCommittedWord = 3 * kClassCount;
+inline constexpr std::size_t kHeaderWords = (3 * kClassCount + 1 + 7) / 8 * 8;
 
 /// Word offset of each class's stack (count, then entries) inside an index's region.
 constexpr std::array<std::size_t, kClassCount + 1> make_offsets() {
   std::array<std::size_t, kClassCount + 1> o{};
-  for (std::size_t c = 1; c < kClassCount; ++c) o[c + 1] = o[c] + 1 + cache_capacity(c);
+  o[1] = kHeaderWords;
+  for (std::size_t c = 1; c < kClassCount; ++c) o[c + 1] = o[c] + 1 + cache_max_capacity(c);
   return o;
 }
 inline constexpr auto kOffsets = make_offsets();
@@ -81,9 +107,12 @@ __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void
   if (regions != nullptr) {
     std::intptr_t* first = regions + cache_layout::kOffsets[cls];
     const auto v = reinterpret_cast<std::intptr_t>(p);
+    // The capacity word lies at a fixed distance below the stack, in the index's header.
+    const auto cap_offset = static_cast<std::intptr_t>(
+        (cache_layout::kCapWord + cls - cache_layout::kOffsets[cls]) * sizeof(std::intptr_t));
     return arch::current_stack_push<cache_layout::kRegionBytes>(
-               cache_layout::g_area_offset, cache_layout::g_index_offset, first,
-               cache_capacity(cls), v) == arch::stack_result::done;
+               cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v) ==
+           arch::stack_result::done;
   }
 #endif
   (void)cls;
@@ -101,13 +130,33 @@ bool cache_init() noexcept;
 /// empty. Precondition: cache_init() returned true. Async-signal-safe.
 void* cache_pop(std::size_t cls) noexcept;
 
-/// Pushes `p` onto the calling thread's stack of `cls`; false when it is full.
+/// Pushes `p` onto the calling thread's stack of `cls`; false when it holds its current capacity
+/// or more.
 bool cache_push(std::size_t cls, void* p) noexcept;
+
+/// Records a miss of `cls` on the calling thread's index (its stack was empty on allocation, or
+/// at capacity on free), and grows that capacity by one batch, up to cache_max_capacity(), when
+/// the index's budget allows. Returns true when it grew.
+bool cache_note_miss(std::size_t cls) noexcept;
+
+/// The current capacity of `cls` on `index`, and the bytes committed by all of that index's
+/// capacities.
+std::size_t cache_capacity_of(int index, std::size_t cls) noexcept;
+std::size_t cache_committed_bytes(int index) noexcept;
+
+/// The byte budget of one index's caches.
+std::size_t cache_budget_bytes() noexcept;
+
+/// For the maintenance pass, on an index in use: lowers by one batch the capacity of every class
+/// that had no miss since the previous call, and moves the objects above the new capacity to
+/// the central lists (remote close, as cache_drain). Returns the objects moved.
+std::size_t cache_shrink_unused(int index) noexcept;
 
 /// Moves up to `n` entries off the calling thread's stack of `cls` into `out`; returns how many.
 std::size_t cache_pop_many(std::size_t cls, void** out, std::size_t n) noexcept;
 
-/// Pushes as many of the `n` entries at `in` as fit; returns how many (in[0, result)).
+/// Pushes as many of the `n` entries at `in` as fit in the stack's room (not its capacity: a
+/// refill may leave up to a batch above it); returns how many (in[0, result)).
 std::size_t cache_push_many(std::size_t cls, void* const* in, std::size_t n) noexcept;
 
 /// Drains index `index`'s caches: every class's stack is closed, fenced (membarrier RSEQ, as

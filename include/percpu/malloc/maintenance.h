@@ -1,5 +1,6 @@
 // percpu malloc's periodic upkeep, so that RSS follows use instead of staying at its high-water
-// mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), and free
+// mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), classes
+// without misses on the others give capacity back (cache_shrink_unused), and free
 // page-heap memory beyond a small reserve is returned to the kernel (madvise). There is no
 // background thread: the allocator's slow paths (refills and flushes) call maybe_maintain(),
 // and one of them does a pass at most every kMaintenanceInterval.
@@ -23,7 +24,8 @@ struct maintenance_stats {
   std::uint64_t passes = 0;
   std::uint64_t drains = 0;  ///< idle indices drained
   std::uint64_t drained_objects = 0;
-  std::uint64_t released_bytes = 0;  ///< free memory returned to the kernel
+  std::uint64_t trimmed_objects = 0;  ///< moved from above lowered capacities
+  std::uint64_t released_bytes = 0;   ///< free memory returned to the kernel
 };
 
 /// Runs a pass when kMaintenanceInterval has passed since the last one and no other thread is

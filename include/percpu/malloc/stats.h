@@ -18,6 +18,7 @@ struct class_stats {
   std::size_t cached_objects = 0;    ///< objects in the per-CPU caches, all indices
   std::size_t refills = 0;           ///< per-CPU cache misses refilled from the middle end
   std::size_t flushes = 0;           ///< full per-CPU caches flushed to the middle end
+  std::size_t capacity = 0;          ///< current per-CPU capacities, all indices (objects)
 };
 
 /// Everything, in bytes unless named otherwise.
@@ -25,11 +26,20 @@ struct malloc_stats {
   page_heap_stats heap;       ///< the page heap's layers (see page_heap.h)
   std::size_t rss_bytes = 0;  ///< the process's resident set (/proc/self/statm), 0 if unknown
   class_stats classes[kClassCount];  ///< index 0 unused (large allocations are in heap.large)
+  std::size_t cache_indices = 0;     ///< per-CPU cache indices (mm_cid or CPU numbers)
+  std::size_t cache_budget = 0;      ///< byte budget of one index's caches
+  std::size_t cache_committed = 0;   ///< bytes committed by all indices' capacities
+  std::size_t drains = 0;            ///< idle indices drained by maintenance
+  std::size_t trimmed = 0;           ///< objects moved from above lowered capacities
+  std::size_t leaked_frees = 0;      ///< frees in signal handlers that could not be completed
 };
 
 /// Counts one refill or flush of class `cls` (slow paths of the allocator).
 void count_refill(std::size_t cls) noexcept;
 void count_flush(std::size_t cls) noexcept;
+/// Counts a free a signal handler could not complete nor defer (reentrancy.h): its object stays
+/// allocated.
+void count_leaked_free() noexcept;
 
 /// Collects the statistics (takes every class's lock in turn, and the page heap's).
 void collect_stats(malloc_stats& out) noexcept;

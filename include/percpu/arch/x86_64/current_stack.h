@@ -87,28 +87,29 @@ aborted:
   return stack_result::aborted;
 }
 
-/// Pushes `value` onto the calling thread's index's stack, which holds at most `capacity`
-/// (at most kMaxStackCount) entries.
+/// Pushes `value` onto the calling thread's index's stack, whose current capacity (at most
+/// kMaxStackCount) is the word `cap_offset` bytes from the stack's count (a capacity that another
+/// thread may change at any time: it bounds growth, the stack's room is the caller's).
 ///
 ///   if (fallback || area->cpu_id < 0) return slow
 ///   r = first + area->field * RegionBytes
 ///   n = r[0]
-///   if (n >= capacity) return slow                    // full, or closed by a remote drain
+///   if (n >= *(r + cap_offset)) return slow           // full, or closed by a remote drain
 ///   r[n + 1] = value                                  // above the count: nobody reads it yet
 ///   r[0] = n + 1                                      // commit
 template <std::size_t RegionBytes>
 inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                       std::intptr_t* first, std::size_t capacity,
+                                       std::intptr_t* first, std::intptr_t cap_offset,
                                        std::intptr_t value) noexcept {
   asm goto(PERCPU_X86_CURRENT_STACK_HEAD
-           "cmpq %[cap], %%rdx\n\t"
+           "cmpq (%%rcx,%[cap_offset],1), %%rdx\n\t"
            "jae %l[slow]\n\t"
            "movq %[value], 8(%%rcx,%%rdx,8)\n\t" PERCPU_X86_INJECT(3)
            "incq %%rdx\n\t"
            "movq %%rdx, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
            :
            : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
-             [cap] "r"(capacity), [value] "r"(value),
+             [cap_offset] "r"(cap_offset), [value] "r"(value),
              [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
            : "rax", "rcx", "rdx", "memory", "cc"
            : slow, aborted);

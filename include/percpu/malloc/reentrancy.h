@@ -1,0 +1,36 @@
+// How percpu malloc stays usable from signal handlers: a handler may interrupt the allocator
+// anywhere, including inside its own locked slow paths (the central lists' and the page heap's
+// mutexes). The fast paths are rseq critical sections (the kernel restarts an interrupted one)
+// and need no lock. Every locked region counts itself in t_locks; an allocation or free that
+// finds the count above zero on its own thread can only come from a handler that interrupted
+// such a region (the allocator never calls malloc while it holds a lock), and must not take a
+// lock: it uses the per-CPU cache without locks, and otherwise an allocation fails with ENOMEM
+// and a free is deferred to the thread's next slow path (free()'s slow path, in
+// allocator.cpp).
+#pragma once
+
+namespace percpu::malloc_impl {
+
+/// Locked regions of percpu malloc the calling thread is inside.
+inline __attribute__((tls_model("initial-exec"))) thread_local int t_locks = 0;
+
+/// Holds `m` (a pthread mutex) and counts itself in t_locks for as long as it lives.
+template <class Mutex, void (*Lock)(Mutex*), void (*Unlock)(Mutex*)>
+class counted_lock {
+ public:
+  explicit counted_lock(Mutex* m) noexcept : m_(m) {
+    ++t_locks;
+    Lock(m_);
+  }
+  ~counted_lock() {
+    Unlock(m_);
+    --t_locks;
+  }
+  counted_lock(const counted_lock&) = delete;
+  counted_lock& operator=(const counted_lock&) = delete;
+
+ private:
+  Mutex* m_;
+};
+
+}  // namespace percpu::malloc_impl
