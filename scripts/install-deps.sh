@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages percpu builds, tests and benchmarks with (python3, sqlite3
-# and git: the real programs the malloc tests run under LD_PRELOAD).
+# and git: the real programs the malloc tests run under LD_PRELOAD; jemalloc, gperftools'
+# tcmalloc and mimalloc: the allocators `percpu bench malloc` compares).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
   python3 sqlite3 git
+  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
 )
 
 missing=()

@@ -18,3 +18,5 @@ echo
 build/release/tools/percpu/percpu bench "$@" list
 echo
 build/release/tools/percpu/percpu bench "$@" pool
+echo
+build/release/tools/percpu/percpu bench "$@" malloc

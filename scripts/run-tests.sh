@@ -6,7 +6,9 @@
 # PERCPU_EXPECT tells each pass which mode the tests must find. Then runs the suite once more from
 # a debug build (unoptimized sections, checked structures). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
-# every structure in both index modes, requiring aborts and zero lost.
+# every structure in both index modes, requiring aborts and zero lost. Last, the short form of
+# `percpu bench malloc` (every workload under every allocator once: a crash or a corrupted
+# object under percpu malloc fails it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +45,10 @@ echo "=== stress pass: delay injection inside the critical sections ==="
 cmake --preset stress >/dev/null
 cmake --build --preset stress
 build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts || status=1
+
+echo
+echo "=== malloc workloads, short form: every workload under every allocator ==="
+"$cli" bench --quick --repetitions 1 malloc || status=1
 
 echo
 if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi

@@ -97,6 +97,27 @@ TEST(MallocAllocator, CallocReallocAndMemalignKeepTheirPromises) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+TEST(MallocAllocator, AbsurdRequestsFailWithEnomemAndKeepWhatIsStored) {
+  for (std::size_t size : {SIZE_MAX, std::size_t{1} << 62, std::size_t{1} << 47}) {
+    errno = 0;
+    EXPECT_EQ(allocate(size), nullptr) << size;
+    EXPECT_EQ(errno, ENOMEM) << size;
+  }
+  errno = 0;
+  EXPECT_EQ(allocate_aligned(std::size_t{1} << 40, 64), nullptr) << "alignment above 1 GiB";
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(allocate_aligned(64, SIZE_MAX - 10), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  auto* kept = static_cast<unsigned char*>(allocate(100));
+  std::memset(kept, 7, 100);
+  errno = 0;
+  EXPECT_EQ(reallocate(kept, SIZE_MAX - 100), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  for (int k = 0; k < 100; ++k) ASSERT_EQ(kept[k], 7) << "a failed realloc keeps the object";
+  deallocate(kept);
+}
+
 TEST(MallocAllocator, StatisticsShowEachLayer) {
   std::vector<void*> objects;
   for (int i = 0; i < 1000; ++i) objects.push_back(allocate(80));

@@ -59,6 +59,15 @@ PERCPU_EXPORT void* aligned_alloc(std::size_t alignment, std::size_t size) noexc
 }
 
 PERCPU_EXPORT void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  // glibc's memalign rounds an alignment that is not a power of two up to the next one (and
+  // programs rely on it); aligned_alloc and posix_memalign reject one.
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0) {
+    if (alignment > (SIZE_MAX >> 1) + 1) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    alignment = std::size_t{1} << (64 - __builtin_clzll(alignment));
+  }
   return pm::allocate_aligned(alignment, size);
 }
 

@@ -272,7 +272,9 @@ void page_heap_t::free_span(span* s) {
 span* page_heap_t::map_large(std::size_t bytes, std::size_t alignment) {
   constexpr std::size_t kMaxBytes = std::size_t{1} << 46;
   if (alignment < kPageSize) alignment = kPageSize;
-  if (bytes == 0 || bytes > kMaxBytes || alignment > kMaxBytes) return nullptr;
+  // The mapping keeps the room it needed to align the pointer: an absurd alignment would
+  // reserve (and count) that much address space.
+  if (bytes == 0 || bytes > kMaxBytes || alignment > kMaxLargeAlignment) return nullptr;
   const std::size_t extra = alignment - kPageSize;  // room to move the user pointer up
   const std::size_t pages = (bytes + extra + kPageSize - 1) >> kPageShift;
   char* base = map_aligned(pages << kPageShift);

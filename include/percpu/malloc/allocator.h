@@ -28,6 +28,7 @@ void* reallocate(void* p, std::size_t size) noexcept;
 
 /// memalign(3)/aligned_alloc(3): `size` bytes aligned on `alignment` (a power of two; smaller
 /// ones than 16 mean 16). nullptr with EINVAL for an alignment that is not a power of two,
+/// ENOMEM for one above 1 GiB (kMaxLargeAlignment),
 /// ENOMEM when out of memory.
 void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept;
 

@@ -15,6 +15,9 @@
 
 namespace percpu::malloc_impl {
 
+/// Largest alignment map_large() accepts (1 GiB).
+inline constexpr std::size_t kMaxLargeAlignment = std::size_t{1} << 30;
+
 /// A run of pages: free, carved into objects of one size class, or one large allocation.
 struct span {
   enum class state : std::uint8_t { free, small, large };
@@ -59,7 +62,8 @@ class page_heap_t {
 
   /// Maps `bytes` directly for a large allocation whose user pointer, start() + offset, is
   /// aligned on `alignment` (a power of two); registered in the pagemap at the user pointer's
-  /// page. nullptr when out of memory or for absurd sizes.
+  /// page. nullptr when out of memory, for absurd sizes, or for alignments above
+  /// kMaxLargeAlignment.
   span* map_large(std::size_t bytes, std::size_t alignment = kPageSize);
 
   /// Unmaps the large allocation whose user pointer is `p`. Returns false, changing nothing,
