@@ -22,15 +22,8 @@ struct class_state {
 
 class_state g_classes[kClassCount];
 
-void lock_mutex(pthread_mutex_t* m) {
-  pthread_mutex_lock(m);
-}
-void unlock_mutex(pthread_mutex_t* m) {
-  pthread_mutex_unlock(m);
-}
-
 // A class's lock, counted for signal handlers (reentrancy.h).
-class locked : counted_lock<pthread_mutex_t, lock_mutex, unlock_mutex> {
+class locked : counted_lock {
  public:
   explicit locked(class_state& c) : counted_lock(&c.lock) {}
 };

@@ -35,15 +35,8 @@ char* g_meta_end;
 void* g_meta_free[21];  // recycled metadata blocks by log2 size (16 B .. 1 MiB)
 page_heap_stats g_stats;
 
-void lock_mutex(pthread_mutex_t* m) {
-  pthread_mutex_lock(m);
-}
-void unlock_mutex(pthread_mutex_t* m) {
-  pthread_mutex_unlock(m);
-}
-
 // The heap's lock, counted for signal handlers (reentrancy.h).
-class locked : counted_lock<pthread_mutex_t, lock_mutex, unlock_mutex> {
+class locked : counted_lock {
  public:
   locked() : counted_lock(&g_lock) {}
 };

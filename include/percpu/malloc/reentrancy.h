@@ -9,28 +9,29 @@
 // allocator.cpp).
 #pragma once
 
+#include <pthread.h>
+
 namespace percpu::malloc_impl {
 
 /// Locked regions of percpu malloc the calling thread is inside.
 inline __attribute__((tls_model("initial-exec"))) thread_local int t_locks = 0;
 
-/// Holds `m` (a pthread mutex) and counts itself in t_locks for as long as it lives.
-template <class Mutex, void (*Lock)(Mutex*), void (*Unlock)(Mutex*)>
+/// Holds a mutex and counts itself in t_locks for as long as it lives.
 class counted_lock {
  public:
-  explicit counted_lock(Mutex* m) noexcept : m_(m) {
+  explicit counted_lock(pthread_mutex_t* m) noexcept : m_(m) {
     ++t_locks;
-    Lock(m_);
+    pthread_mutex_lock(m_);
   }
   ~counted_lock() {
-    Unlock(m_);
+    pthread_mutex_unlock(m_);
     --t_locks;
   }
   counted_lock(const counted_lock&) = delete;
   counted_lock& operator=(const counted_lock&) = delete;
 
  private:
-  Mutex* m_;
+  pthread_mutex_t* m_;
 };
 
 }  // namespace percpu::malloc_impl
