@@ -202,7 +202,7 @@ void print_workload_table(const std::string& w, const std::vector<allocator>& al
                           samples& m, const std::string& unit, bool latency) {
   fmt::print("{:<16} {:>14} {:>5}", "allocator", unit, "sprd");
   if (latency) fmt::print(" {:>9} {:>9}", "p50 µs", "p99 µs");
-  fmt::print(" {:>10} {:>10}\n", "peak MiB", "end MiB");
+  fmt::print(" {:>10} {:>10} {:>10}\n", "peak MiB", "end MiB", "faults");
   for (const auto& a : allocators) {
     auto& s = m[w][a.name];
     if (s["throughput"].empty()) {
@@ -213,8 +213,8 @@ void print_workload_table(const std::string& w, const std::vector<allocator>& al
     if (latency)
       fmt::print(" {:>9} {:>9}", with_spread(median(s["p50_us"]), s["p50_us"], "{:.1f}"),
                  with_spread(median(s["p99_us"]), s["p99_us"], "{:.1f}"));
-    fmt::print(" {:>10.1f} {:>10.1f}\n", median(s["peak_rss_kib"]) / 1024,
-               median(s["end_rss_kib"]) / 1024);
+    fmt::print(" {:>10.1f} {:>10.1f} {:>10.0f}\n", median(s["peak_rss_kib"]) / 1024,
+               median(s["end_rss_kib"]) / 1024, median(s["minor_faults"]));
   }
 }
 
@@ -262,7 +262,8 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
           continue;
         }
         raw.push_back({{"allocator", a.name}, {"repetition", rep}, {"result", r}});
-        for (const char* key : {"throughput", "peak_rss_kib", "end_rss_kib", "p50_us", "p99_us"})
+        for (const char* key :
+             {"throughput", "peak_rss_kib", "end_rss_kib", "p50_us", "p99_us", "minor_faults"})
           if (r.contains(key)) m[w.name][a.name][key].push_back(r[key].get<double>());
         if (r.contains("by_size"))
           for (const auto& s : r["by_size"]) {
