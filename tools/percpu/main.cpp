@@ -48,8 +48,8 @@ int main(int argc, char** argv) {
       "Run the per-CPU structures under preemption, migration, signals, fork and remote drains, "
       "and check that nothing is lost or duplicated");
   percpu::cli::stress_options sopt;
-  const std::vector<std::string> all_structures = {"counter",       "freelist", "buffer",
-                                                   "memcpy_buffer", "spinlock", "pool"};
+  const std::vector<std::string> all_structures = {
+      "counter", "freelist", "buffer", "memcpy_buffer", "spinlock", "pool", "malloc"};
   bool short_form = false, no_signals = false, no_migrate = false, no_yield = false,
        no_fork = false, no_drain = false;
   stress->add_option("--structure", sopt.structures, "Structures to run (default: all)")

@@ -2,6 +2,9 @@
 // child do with each, and how conservation is checked at the end.
 #include <sched.h>
 
+#include <percpu/malloc/allocator.h>
+#include <percpu/malloc/cpu_cache.h>
+#include <percpu/malloc/size_classes.h>
 #include <percpu/percpu.h>
 #include <stdexcept>
 #include <vector>
@@ -408,6 +411,96 @@ class pool_workload final : public stress_workload {
   std::atomic<std::int64_t> next_tag_{1};
 };
 
+// percpu malloc (its functions called directly): workers allocate objects of every size class
+// and some large ones, tag them, and hand them through mailboxes to other threads, which check
+// the tags and free them; the signal handler allocates and frees (the allocator may refuse with
+// NULL when the handler interrupted its own locked code); the drainer drains other indices'
+// caches and lowers their capacities; a forked child allocates. The allocator picks its own
+// index mode (mm_cid where the kernel has it): the run's mode only labels the run.
+class malloc_workload final : public stress_workload {
+  static constexpr int kMailboxes = 16;
+
+ public:
+  explicit malloc_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    const std::size_t size = size_of(i);
+    auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(size));
+    if (p == nullptr) {
+      tally_.corrupt.fetch_add(1, std::memory_order_relaxed);  // out of memory: not expected
+      return;
+    }
+    allocated_.fetch_add(1, std::memory_order_relaxed);
+    write_tags(p, size, next_tag_.fetch_add(1, std::memory_order_relaxed));
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    const auto other = mailbox_[static_cast<std::size_t>(i) % kMailboxes].exchange(
+        reinterpret_cast<std::intptr_t>(p), std::memory_order_acq_rel);
+    if (other != 0) release(reinterpret_cast<std::int64_t*>(other));
+  }
+  void signal_op() noexcept override {
+    auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(48));
+    if (p == nullptr) return;  // refused inside the allocator's locked code (reentrancy.h)
+    write_tags(p, 48, -1);
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    malloc_impl::deallocate(p);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int index) override {
+    malloc_impl::cache_drain(index);
+    malloc_impl::cache_shrink_unused(index);
+    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool child_check() override {
+    std::vector<std::int64_t*> mine;
+    for (int i = 0; i < 100; ++i) {
+      auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(size_of(i)));
+      if (p == nullptr) return false;
+      write_tags(p, size_of(i), i);
+      mine.push_back(p);
+    }
+    for (auto* p : mine) {
+      if (!has_tags(p)) return false;
+      malloc_impl::deallocate(p);
+    }
+    return true;
+  }
+  void verify(stress_result& r) override {
+    for (auto& m : mailbox_)
+      if (const auto left = m.exchange(0)) release(reinterpret_cast<std::int64_t*>(left));
+    r.lost = allocated_.load() - freed_.load();
+  }
+
+ private:
+  // Every class in turn, and now and then a large allocation.
+  static std::size_t size_of(long i) {
+    if (i % 97 == 0) return 300000;
+    const auto cls = 1 + static_cast<std::size_t>(i) % (malloc_impl::kClassCount - 1);
+    return malloc_impl::kClasses[cls].size;
+  }
+  // Word 0 holds the size, the last word and a middle one the tag. (Word 1 is the allocator's
+  // free tag while the object is cached; a user may write it, as here in larger objects.)
+  static void write_tags(std::int64_t* p, std::size_t size, std::int64_t tag) {
+    const std::size_t words = size / sizeof(std::int64_t);
+    p[0] = static_cast<std::int64_t>(size);
+    p[words - 1] = tag;
+    p[words / 2] = tag;
+  }
+  static bool has_tags(const std::int64_t* p) {
+    const std::size_t words = static_cast<std::size_t>(p[0]) / sizeof(std::int64_t);
+    return words >= 2 && p[words - 1] == p[words / 2];
+  }
+  void release(std::int64_t* p) {
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    malloc_impl::deallocate(p);
+    freed_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  stress_tally& tally_;
+  std::atomic<std::intptr_t> mailbox_[kMailboxes] = {};
+  std::atomic<std::int64_t> next_tag_{1};
+  std::atomic<std::uint64_t> allocated_{0}, freed_{0};
+};
+
 template <index_mode M>
 std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads,
                                                stress_tally& tally) {
@@ -417,6 +510,7 @@ std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads
   if (s == "memcpy_buffer") return std::make_unique<memcpy_buffer_workload<M>>(threads, tally);
   if (s == "spinlock") return std::make_unique<spinlock_workload<M>>(tally);
   if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
+  if (s == "malloc") return std::make_unique<malloc_workload>(tally);
   throw std::invalid_argument("unknown structure: " + s);
 }
 

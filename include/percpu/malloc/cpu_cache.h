@@ -89,10 +89,10 @@ __attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noex
     std::intptr_t v = 0;
     // One attempt: after an abort (rare) the slow path retries, keeping this path short enough
     // to need no stack frame.
-    if (arch::current_stack_pop<cache_layout::kRegionBytes>(cache_layout::g_area_offset,
-                                                            cache_layout::g_index_offset, first,
-                                                            v) == arch::stack_result::done)
-      return reinterpret_cast<void*>(v);
+    const auto r = arch::current_stack_pop<cache_layout::kRegionBytes>(
+        cache_layout::g_area_offset, cache_layout::g_index_offset, first, v);
+    if (PERCPU_LIKELY(r == arch::stack_result::done)) return reinterpret_cast<void*>(v);
+    if (r == arch::stack_result::aborted) percpu::detail::note_abort();  // statistics
   }
 #endif
   (void)cls;
@@ -110,9 +110,10 @@ __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void
     // The capacity word lies at a fixed distance below the stack, in the index's header.
     const auto cap_offset = static_cast<std::intptr_t>(
         (cache_layout::kCapWord + cls - cache_layout::kOffsets[cls]) * sizeof(std::intptr_t));
-    return arch::current_stack_push<cache_layout::kRegionBytes>(
-               cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v) ==
-           arch::stack_result::done;
+    const auto r = arch::current_stack_push<cache_layout::kRegionBytes>(
+        cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v);
+    if (PERCPU_LIKELY(r == arch::stack_result::done)) return true;
+    if (r == arch::stack_result::aborted) percpu::detail::note_abort();
   }
 #endif
   (void)cls;
