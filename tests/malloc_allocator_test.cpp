@@ -237,3 +237,28 @@ TEST(MallocAllocator, InsideALockedRegionNothingWaitsForALock) {
   });
   t.join();
 }
+
+TEST(MallocAllocator, AlignedZeroSizesAndZeroAlignmentsGiveUniquePointers) {
+  for (std::size_t alignment : {std::size_t{0}, std::size_t{16}, std::size_t{8192},
+                                std::size_t{16384}, std::size_t{1} << 20}) {
+    void* a = allocate_aligned(alignment, 0);
+    void* b = allocate_aligned(alignment, 0);
+    ASSERT_NE(a, nullptr) << alignment;
+    ASSERT_NE(b, nullptr) << alignment;
+    EXPECT_NE(a, b);
+    const std::size_t align = alignment == 0 ? 16 : alignment;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % align, 0u) << alignment;
+    deallocate(a);
+    deallocate(b);
+  }
+}
+
+TEST(MallocAllocatorDeathTest, ReallocOfAFreedPointerStops) {
+  EXPECT_DEATH(
+      {
+        void* p = allocate(100);
+        deallocate(p);
+        reallocate(p, 50);
+      },
+      "percpu malloc: realloc\\(\\): invalid pointer, or one already freed");
+}

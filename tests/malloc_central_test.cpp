@@ -83,3 +83,18 @@ TEST(MallocCentral, ConcurrentBatchesNeverShareAnObject) {
 }
 
 }  // namespace
+
+TEST(MallocCentral, TransferCachesDecayByHalfAPass) {
+  constexpr std::size_t cls = 20;
+  const std::size_t batch = kClasses[cls].batch;
+  std::vector<void*> objects(4 * batch);
+  for (std::size_t k = 0; k < 4; ++k)
+    ASSERT_EQ(central_remove(cls, objects.data() + k * batch, batch), batch);
+  const std::size_t before = central_stats_of(cls).transfer_objects;
+  for (std::size_t k = 0; k < 4; ++k) central_insert(cls, objects.data() + k * batch, batch);
+  const std::size_t parked = central_stats_of(cls).transfer_objects - before;
+  EXPECT_EQ(parked, 4 * batch);
+  const std::size_t total = before + parked;
+  EXPECT_EQ(central_release_transfer(cls), (total / batch - total / batch / 2) * batch);
+  EXPECT_EQ(central_stats_of(cls).transfer_objects, total / batch / 2 * batch);
+}

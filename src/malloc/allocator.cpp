@@ -169,6 +169,7 @@ void* allocate_large(std::size_t size, std::size_t alignment) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
+  maybe_maintain();
   span* s = page_heap().map_large(size, alignment);
   if (s == nullptr) {
     errno = ENOMEM;
@@ -201,12 +202,28 @@ void unlock_after_fork() noexcept {
   --t_locks;
 }
 
+// Stops the process with `fault` unless `p` is an object a user holds: a small one with its
+// live byte set and no free tag (free_tag.h), or a large one (unmap_large checks those).
+void check_allocated(const void* p, const char* fault) noexcept {
+  const span* s = page_heap().span_of(p);
+  if (s == nullptr || s->kind == span::state::free) fatal(fault, p);
+  if (s->kind == span::state::large) {
+    if (s->start() + s->offset != p) fatal(fault, p);
+    return;
+  }
+  const std::ptrdiff_t index = object_index(*s, p);
+  if (index < 0 || __atomic_load_n(&s->live[index], __ATOMIC_RELAXED) != 1 ||
+      free_tag_word(const_cast<void*>(p)) == free_tag_of(p))
+    fatal(fault, p);
+}
+
 // free() of anything but a small object in use: a large allocation, or a fault.
 __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
   if (s == nullptr || s->kind == span::state::free)
     fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
   if (PERCPU_UNLIKELY(t_locks != 0)) return defer_free(p);  // a handler: see give_back
   if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+  maybe_maintain();  // a slow path too
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
@@ -268,6 +285,7 @@ void* reallocate(void* p, std::size_t size) noexcept {
     deallocate(p);
     return nullptr;
   }
+  check_allocated(p, "realloc(): invalid pointer, or one already freed");
   const std::size_t old = usable_size(p);
   if (size <= old && size >= old / 2) return p;
   void* q = allocate(size);
@@ -278,7 +296,9 @@ void* reallocate(void* p, std::size_t size) noexcept {
 }
 
 void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+  if (alignment == 0) alignment = kAlignment;  // glibc 2.36: memalign(0, n) is malloc(n)
+  if (size == 0) size = 1;                     // a unique pointer, as malloc(0) gives
+  if ((alignment & (alignment - 1)) != 0) {
     errno = EINVAL;
     return nullptr;
   }

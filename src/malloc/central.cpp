@@ -131,6 +131,20 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
   for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info);
 }
 
+std::size_t central_release_transfer(std::size_t cls) noexcept {
+  class_state& c = g_classes[cls];
+  const size_class_info& info = kClasses[cls];
+  locked l(c);
+  const std::size_t keep = c.batches / 2;
+  std::size_t moved = 0;
+  while (c.batches > keep) {
+    --c.batches;
+    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, c.transfer[c.batches][i], info);
+    moved += info.batch;
+  }
+  return moved;
+}
+
 central_stats central_stats_of(std::size_t cls) noexcept {
   class_state& c = g_classes[cls];
   locked l(c);

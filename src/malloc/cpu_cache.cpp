@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include <percpu/buffer.h>
+#include <percpu/membarrier.h>
 #include <percpu/remote.h>
 
 #include "percpu/malloc/central.h"
@@ -33,6 +34,26 @@ constexpr std::size_t max_stack_entries() {
   return m;
 }
 constexpr std::size_t kMaxStackEntries = max_stack_entries();  // set by the first cache_init()
+
+// PERCPU_MALLOC_CPU_CACHE_BYTES: decimal digits only, at most 2^40; anything else keeps the
+// default and says so once on stderr (without allocating).
+std::size_t budget_from_environment() noexcept {
+  const char* b = getenv("PERCPU_MALLOC_CPU_CACHE_BYTES");
+  if (b == nullptr) return kDefaultCacheBudget;
+  std::size_t v = 0;
+  bool ok = *b != '\0';
+  for (const char* c = b; ok && *c != '\0'; ++c) {
+    ok = *c >= '0' && *c <= '9' && v <= (std::size_t{1} << 40) / 10;
+    v = v * 10 + static_cast<std::size_t>(*c - '0');
+  }
+  if (ok && v <= (std::size_t{1} << 40)) return v;
+  static const char kWarning[] =
+      "percpu malloc: PERCPU_MALLOC_CPU_CACHE_BYTES is not a byte count up to 2^40 (decimal "
+      "digits only); using the default, 3 MiB\n";
+  if (write(STDERR_FILENO, kWarning, sizeof kWarning - 1) < 0) {
+  }
+  return kDefaultCacheBudget;
+}
 
 std::intptr_t* header_of(int index) noexcept {
   return g_regions.load(std::memory_order_relaxed) + static_cast<std::size_t>(index) * kRegionWords;
@@ -86,11 +107,7 @@ bool cache_init() noexcept {
   // caches are not used, and the operations below would wait for it.
   if (!percpu::detail::try_initialize()) return false;
   const int indices = index_space<kMode>();
-  if (const char* b = getenv("PERCPU_MALLOC_CPU_CACHE_BYTES"); b != nullptr && *b != '\0') {
-    char* end = nullptr;
-    const unsigned long long v = strtoull(b, &end, 10);
-    if (end != nullptr && *end == '\0') g_budget = static_cast<std::size_t>(v);
-  }
+  g_budget = budget_from_environment();
   const std::size_t bytes =
       static_cast<std::size_t>(indices) * kRegionWords * sizeof(std::intptr_t);
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -233,6 +250,9 @@ namespace {
 // count, fences the index, copies them out, reopens with the lower count. Returns how many it
 // moved; -1 when no fence is available (nothing moved).
 std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept {
+  // Without the membarrier RSEQ fence, fence_index() would move this thread over the CPUs
+  // (a migration sweep): not something malloc may do to a caller's affinity.
+  if (percpu::rseq_active() && !percpu::membarrier_rseq_available()) return -1;
   std::intptr_t* w = stack_of(index, cls);
   if (!resident(w)) return 0;  // never touched: empty
   const auto k = static_cast<std::intptr_t>(keep);

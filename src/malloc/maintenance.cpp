@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 
+#include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/page_heap.h"
 
@@ -47,9 +49,55 @@ void pass_locked() noexcept {
       g_fingerprint[i] = cache_fingerprint(i);
     }
   }
+  // Transfer caches decay by half a pass: a busy class refills them from its flushes.
+  for (std::size_t cls = 1; cls < kClassCount; ++cls)
+    g_stats.transfer_objects_released += central_release_transfer(cls);
   const page_heap_stats h = page_heap().stats();
   const std::size_t keep = h.in_use / 8 > kMinKeptFreeBytes ? h.in_use / 8 : kMinKeptFreeBytes;
   g_stats.released_bytes += page_heap().release(keep);
+}
+
+// The optional background thread (PERCPU_MALLOC_BACKGROUND=1): a pass every interval, so that
+// a process that has stopped allocating returns its memory too.
+std::atomic<bool> g_background_started{false};
+
+void* background_main(void*) {
+  for (;;) {
+    timespec ts{0, kMaintenanceInterval};
+    nanosleep(&ts, nullptr);
+    maybe_maintain();
+  }
+  return nullptr;
+}
+
+bool background_wanted() noexcept {
+  static const bool wanted = [] {
+    const char* v = getenv("PERCPU_MALLOC_BACKGROUND");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
+  }();
+  return wanted;
+}
+
+void start_background() noexcept {
+  bool expected = false;
+  if (!background_wanted() ||
+      !g_background_started.compare_exchange_strong(expected, true, std::memory_order_acq_rel))
+    return;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  if (pthread_create(&t, &attr, background_main, nullptr) == 0) {
+    pthread_setname_np(t, "percpu-malloc");
+  } else {
+    g_background_started.store(false, std::memory_order_release);  // a later pass tries again
+  }
+  pthread_attr_destroy(&attr);
+}
+
+// A forked child has no background thread: the next slow path starts one.
+__attribute__((constructor)) void register_fork_child() {
+  pthread_atfork(nullptr, nullptr, [] { g_background_started.store(false); });
 }
 
 }  // namespace
@@ -64,6 +112,7 @@ void maybe_maintain() noexcept {
   if (pthread_mutex_trylock(&g_pass_lock) != 0) return;
   pass_locked();
   pthread_mutex_unlock(&g_pass_lock);
+  start_background();  // outside the lock: creating a thread allocates
 }
 
 void maintain() noexcept {

@@ -24,11 +24,12 @@ void* allocate_zeroed(std::size_t count, std::size_t size) noexcept;
 /// realloc(3): grows or shrinks `p` to `size` bytes, keeping the contents up to the smaller
 /// size; in place when the object already has room and would not waste more than half of it.
 /// realloc(p, 0) frees `p` and returns nullptr (glibc's behaviour); on failure `p` is intact.
+/// A `p` that is not allocated (freed, or never returned) stops the process, as free() does.
 void* reallocate(void* p, std::size_t size) noexcept;
 
 /// memalign(3)/aligned_alloc(3): `size` bytes aligned on `alignment` (a power of two; smaller
-/// ones than 16 mean 16). nullptr with EINVAL for an alignment that is not a power of two,
-/// ENOMEM for one above 1 GiB (kMaxLargeAlignment),
+/// ones than 16, and 0, mean 16; size 0 gives a unique minimum-size object). nullptr with EINVAL
+/// for an alignment that is not a power of two, ENOMEM for one above 1 GiB (kMaxLargeAlignment),
 /// ENOMEM when out of memory.
 void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept;
 

@@ -35,6 +35,11 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
 /// Their first 8 bytes may be overwritten (the free list's link).
 void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
 
+/// Returns half of class `cls`'s transfer-cache batches (rounded up) to their spans, so that
+/// memory parked there reaches the page heap (and the kernel) when the class goes quiet; called
+/// by each maintenance pass. Returns the objects moved.
+std::size_t central_release_transfer(std::size_t cls) noexcept;
+
 /// The object index of `p` in small span `s`, or -1 when `p` is not the start of one of its
 /// objects (an interior pointer).
 ///

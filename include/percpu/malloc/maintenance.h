@@ -2,8 +2,13 @@
 // mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), classes
 // without misses on the others give capacity back (cache_shrink_unused), and free
 // page-heap memory beyond a small reserve is returned to the kernel (madvise). There is no
-// background thread: the allocator's slow paths (refills and flushes) call maybe_maintain(),
-// and one of them does a pass at most every kMaintenanceInterval.
+// background thread by default: the allocator's slow paths (refills and flushes) call
+// maybe_maintain(), and one of them does a pass at most every kMaintenanceInterval; transfer
+// caches lose half their batches to their spans at each pass. A process that stops allocating
+// keeps what it holds until its next slow path, unless PERCPU_MALLOC_BACKGROUND=1 starts a
+// background thread (named percpu-malloc, at the first pass, again after fork()) that runs the
+// passes itself. It is not the default: a thread of its own would make every program
+// multi-threaded.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +29,9 @@ struct maintenance_stats {
   std::uint64_t passes = 0;
   std::uint64_t drains = 0;  ///< idle indices drained
   std::uint64_t drained_objects = 0;
-  std::uint64_t trimmed_objects = 0;  ///< moved from above lowered capacities
-  std::uint64_t released_bytes = 0;   ///< free memory returned to the kernel
+  std::uint64_t trimmed_objects = 0;            ///< moved from above lowered capacities
+  std::uint64_t transfer_objects_released = 0;  ///< moved from transfer caches to spans
+  std::uint64_t released_bytes = 0;             ///< free memory returned to the kernel
 };
 
 /// Runs a pass when kMaintenanceInterval has passed since the last one and no other thread is
