@@ -81,7 +81,16 @@ remote_section::remote_section() noexcept {
   g_remote_mutex.lock();
 }
 
+remote_section::remote_section(std::try_to_lock_t) noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  owns_ = g_remote_mutex.try_lock();
+  if (!owns_) pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+}
+
 remote_section::~remote_section() {
+  if (!owns_) return;
   g_remote_mutex.unlock();
   pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
 }

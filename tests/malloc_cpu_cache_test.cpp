@@ -9,6 +9,8 @@
 #include <percpu/percpu.h>
 #include <percpu/remote.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -178,3 +180,27 @@ TEST(MallocCpuCache, MaintenanceDrainsOnlyIndicesThatStayIdle) {
 }
 
 }  // namespace
+
+// percpu::pool's drain allocates while it holds its remote section: malloc's maintenance, run
+// from that allocation, must skip its own remote work instead of waiting for the section.
+TEST(MallocCpuCache, MaintenanceInsideARemoteSectionSkipsItsDrains) {
+  ASSERT_TRUE(cache_init());
+  void* p = percpu::malloc_impl::allocate(80);
+  percpu::malloc_impl::deallocate(p);
+  const std::size_t cached = cache_count(kClass);
+  ASSERT_GT(cached, 0u);
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    percpu::detail::remote_section held;
+    maintain();
+    maintain();  // would drain an idle index, or trim the unused class
+    for (int i = 0; i < cache_indices(); ++i) cache_drain(i);
+    done = true;
+  });
+  for (int i = 0; i < 1000 && !done; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(done.load()) << "maintenance waited for the remote section its thread holds";
+  t.join();
+  EXPECT_EQ(cache_count(kClass), cached) << "nothing moved while the section was held";
+  empty_all();
+}

@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "percpu/config.h"
 #include "percpu/cpu.h"
@@ -40,12 +41,19 @@ namespace detail {
 class PERCPU_API remote_section {
  public:
   remote_section() noexcept;
+  /// Takes the section only if no remote operation is in progress (this thread's included: an
+  /// allocator called from inside one must not wait for it); see owns().
+  explicit remote_section(std::try_to_lock_t) noexcept;
   ~remote_section();
   remote_section(const remote_section&) = delete;
   remote_section& operator=(const remote_section&) = delete;
 
+  /// False when the try-to-lock constructor found another remote operation in progress.
+  bool owns() const noexcept { return owns_; }
+
  private:
   sigset_t saved_;
+  bool owns_ = true;
 };
 
 /// Bit set in a buffer's count word while a remote operation holds the buffer closed. Counts

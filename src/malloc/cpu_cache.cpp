@@ -248,7 +248,8 @@ namespace {
 
 // Moves the entries of `cls`'s stack on `index` above `keep` to the central lists: closes the
 // count, fences the index, copies them out, reopens with the lower count. Returns how many it
-// moved; -1 when no fence is available (nothing moved).
+// moved; -1 when no fence is available or another remote operation is in progress (nothing
+// moved).
 std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept {
   // Without the membarrier RSEQ fence, fence_index() would move this thread over the CPUs
   // (a migration sweep): not something malloc may do to a caller's affinity.
@@ -260,7 +261,10 @@ std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept
   void* taken[kMaxStackEntries];
   std::intptr_t n = 0, moved = 0;
   try {
-    percpu::detail::remote_section remote;
+    // Never waits for another remote operation: this may run inside malloc called from one
+    // (percpu::pool's drain allocates while it holds its section); the next pass retries.
+    percpu::detail::remote_section remote(std::try_to_lock);
+    if (!remote.owns()) return -1;
     n = percpu::detail::close_count<kMode>(w, index);
     // Closed and fenced: no section on this index can commit until the count is stored.
     for (std::intptr_t j = k; j < n; ++j) taken[moved++] = reinterpret_cast<void*>(w[1 + j]);

@@ -10,6 +10,7 @@
 
 #include "percpu/malloc/allocator.h"
 #include "percpu/malloc/stats.h"
+#include "percpu/malloc_api.h"
 
 namespace pm = percpu::malloc_impl;
 
@@ -88,8 +89,8 @@ PERCPU_EXPORT std::size_t malloc_usable_size(void* p) noexcept {
   return pm::usable_size(p);
 }
 
-/// Writes percpu malloc's statistics as text to file descriptor `fd` (see stats.h).
-PERCPU_EXPORT void percpu_malloc_stats_print(int fd) noexcept {
+// Declared in percpu/malloc_api.h.
+PERCPU_EXPORT void percpu_malloc_stats_print(int fd) {
   pm::print_stats(fd);
 }
 

@@ -331,7 +331,8 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
         best_tput_name = a.name;
       }
     }
-    fmt::print("\nDone criteria (issue 5):\n");
+    fmt::print("\nDone criteria (issue 5){}:\n",
+               allocators.size() < 6 ? ", against the allocators of this run only" : "");
     if (!best_rss_name.empty()) {
       const double r = med("service", "percpu", "peak_rss_kib") / best_rss;
       fmt::print(

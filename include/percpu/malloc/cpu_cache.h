@@ -163,8 +163,9 @@ std::size_t cache_push_many(std::size_t cls, void* const* in, std::size_t n) noe
 /// Drains index `index`'s caches: every class's stack is closed, fenced (membarrier RSEQ, as
 /// percpu's remote operations), emptied into the central lists and reopened. For caches of
 /// threads that no longer run there (an mm_cid no thread holds now, a CPU gone idle). Returns
-/// the objects moved; 0 for an index outside the index space, before cache_init(), or when no
-/// fence is available (nothing is moved then). Allocates nothing, except an exception object
+/// the objects moved; 0 for an index outside the index space, before cache_init(), when no
+/// fence is available, or while another remote operation is in progress (nothing is moved then:
+/// it never waits for one, since it may run inside malloc called from one). Allocates nothing, except an exception object
 /// when a fence fails. Not async-signal-safe.
 std::size_t cache_drain(int index) noexcept;
 
