@@ -1,6 +1,6 @@
-// percpu malloc's allocation functions, called directly (the interposing library is to come):
-// sizes, alignment, reuse, calloc/realloc/memalign semantics, fault reports, and cross-thread
-// frees.
+// percpu malloc's allocation functions, called directly (the preload test runs the interposing
+// library): sizes, alignment, reuse, calloc/realloc/memalign semantics, fault reports,
+// cross-thread frees, signal-handler reentrancy and absurd requests.
 #include <gtest/gtest.h>
 
 #include <percpu/malloc/allocator.h>

@@ -1,5 +1,6 @@
 // percpu malloc's allocation functions, with malloc's semantics, under percpu names: the
-// interposing library (libpercpu_malloc.so, to come) maps malloc, free and the rest onto these.
+// interposing library (libpercpu_malloc.so, src/malloc/interpose.cpp) maps malloc, free and the
+// rest onto these.
 //
 // Small sizes (up to kMaxSmallSize) come from the per-CPU caches, refilled and flushed in
 // batches through the transfer caches and central free lists; larger ones are mapped directly.
