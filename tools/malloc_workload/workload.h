@@ -32,6 +32,8 @@ struct result {
   std::vector<std::pair<std::size_t, std::pair<double, double>>> by_size;  ///< latency: ns p50, p99
 };
 
+/// The workloads (each file's header says what it does): run one with `p`, return its result.
+/// Each exits the process with status 3 and a message when an object's tags changed.
 result run_service(const params& p);
 result run_producer_consumer(const params& p);
 result run_latency(const params& p);

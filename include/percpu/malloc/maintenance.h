@@ -43,6 +43,8 @@ void maybe_maintain() noexcept;
 /// counts changed since the previous pass: the first pass only takes a snapshot.
 void maintain() noexcept;
 
+/// What the passes have done since the process started (takes the pass lock: waits for a pass
+/// in progress).
 maintenance_stats maintenance_stats_now() noexcept;
 
 }  // namespace percpu::malloc_impl
