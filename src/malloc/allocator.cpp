@@ -59,6 +59,14 @@ class nested {
   std::abort();
 }
 
+// True when small object `index` of `s`, whose tag word holds `word` and whose tag would be
+// `tag`, is held by a user: out of its span's free list (live byte 1) and not in a cache (no
+// tag; free_tag.h).
+inline bool held_by_user(const span& s, std::ptrdiff_t index, std::uint64_t word,
+                         std::uint64_t tag) noexcept {
+  return __atomic_load_n(&s.live[index], __ATOMIC_RELAXED) == 1 && word != tag;
+}
+
 // Frees a signal handler could not finish because it interrupted a locked region of this
 // thread: kept here (an object the allocator still counts as live and tagged as cached) until
 // this thread's next slow path, which completes them. Beyond kDeferred the object is leaked and
@@ -203,7 +211,7 @@ void unlock_after_fork() noexcept {
 }
 
 // Stops the process with `fault` unless `p` is an object a user holds: a small one with its
-// live byte set and no free tag (free_tag.h), or a large one (unmap_large checks those).
+// live byte set and no free tag (held_by_user), or the start of a large one.
 void check_allocated(const void* p, const char* fault) noexcept {
   const span* s = page_heap().span_of(p);
   if (s == nullptr || s->kind == span::state::free) fatal(fault, p);
@@ -212,8 +220,7 @@ void check_allocated(const void* p, const char* fault) noexcept {
     return;
   }
   const std::ptrdiff_t index = object_index(*s, p);
-  if (index < 0 || __atomic_load_n(&s->live[index], __ATOMIC_RELAXED) != 1 ||
-      free_tag_word(const_cast<void*>(p)) == free_tag_of(p))
+  if (index < 0 || !held_by_user(*s, index, free_tag_word(const_cast<void*>(p)), free_tag_of(p)))
     fatal(fault, p);
 }
 
@@ -226,6 +233,16 @@ __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
   maybe_maintain();  // a slow path too
 }
 
+// An object of class `cls`: the per-CPU cache's fast path, else the slow path.
+__attribute__((always_inline)) inline void* allocate_in_class(std::size_t cls) noexcept {
+  void* p = cache_pop_fast(cls);
+  if (PERCPU_LIKELY(p != nullptr)) {
+    clear_free_tag(p);
+    return p;
+  }
+  return allocate_small(cls);
+}
+
 __attribute__((constructor)) void register_fork_handlers() {
   pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
@@ -234,14 +251,7 @@ __attribute__((constructor)) void register_fork_handlers() {
 
 void* allocate(std::size_t size) noexcept {
   const std::size_t cls = size_class_of(size);
-  if (PERCPU_LIKELY(cls != 0)) {
-    void* p = cache_pop_fast(cls);
-    if (PERCPU_LIKELY(p != nullptr)) {
-      clear_free_tag(p);
-      return p;
-    }
-    return allocate_small(cls);
-  }
+  if (PERCPU_LIKELY(cls != 0)) return allocate_in_class(cls);
   return allocate_large(size, kPageSize);
 }
 
@@ -260,7 +270,7 @@ void deallocate(void* p) noexcept {
   // threads within these few instructions may both pass.
   std::uint64_t& word = free_tag_word(p);
   const std::uint64_t tag = free_tag_of(p);
-  if (PERCPU_UNLIKELY(__atomic_load_n(&s.live[index], __ATOMIC_RELAXED) != 1 || word == tag))
+  if (PERCPU_UNLIKELY(!held_by_user(s, index, word, tag)))
     fatal("free(): double free, or a pointer that is not allocated", p);
   word = tag;
   if (PERCPU_LIKELY(cache_push_fast(s.size_class, p))) return;
@@ -308,7 +318,7 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
     // alignment is aligned.
     for (std::size_t cls = size_class_of(size < alignment ? alignment : size);
          cls != 0 && cls < kClassCount; ++cls)
-      if (kClasses[cls].size % alignment == 0) return allocate_small(cls);
+      if (kClasses[cls].size % alignment == 0) return allocate_in_class(cls);
   }
   return allocate_large(size, alignment);
 }

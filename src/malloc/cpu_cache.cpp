@@ -26,14 +26,14 @@ using cache_layout::kRegionWords;
 
 std::atomic<int> g_indices{0};  // every initializing thread stores the same value
 
-std::size_t g_budget = kDefaultCacheBudget;
+std::size_t g_budget = kDefaultCacheBudget;  // set by the first cache_init()
 
 constexpr std::size_t max_stack_entries() {
   std::size_t m = 0;
   for (std::size_t c = 1; c < kClassCount; ++c) m = std::max(m, cache_max_capacity(c));
   return m;
 }
-constexpr std::size_t kMaxStackEntries = max_stack_entries();  // set by the first cache_init()
+constexpr std::size_t kMaxStackEntries = max_stack_entries();
 
 // PERCPU_MALLOC_CPU_CACHE_BYTES: decimal digits only, at most 2^40; anything else keeps the
 // default and says so once on stderr (without allocating).
@@ -207,8 +207,13 @@ namespace {
 
 // True when the page holding `p` is resident: a stack on a page never touched is empty, and
 // reading it would populate the page (kernels without a shared zero page).
+std::uintptr_t page_size() noexcept {
+  static const auto size = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  return size;
+}
+
 bool resident(const void* p) noexcept {
-  const long page = sysconf(_SC_PAGESIZE);
+  const std::uintptr_t page = page_size();
   unsigned char v = 1;
   const auto start = reinterpret_cast<std::uintptr_t>(p) / page * page;
   if (mincore(reinterpret_cast<void*>(start), 1, &v) != 0) return true;
@@ -230,9 +235,8 @@ std::uint64_t cache_fingerprint(int index) noexcept {
   bool page_resident = false;
   for (std::size_t cls = 1; cls < kClassCount; ++cls) {
     std::intptr_t* w = stack_of(index, cls);
-    static const auto page_size = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
     const auto* page = reinterpret_cast<const std::intptr_t*>(reinterpret_cast<std::uintptr_t>(w) /
-                                                              page_size * page_size);
+                                                              page_size() * page_size());
     if (page != last_page) {
       last_page = page;
       page_resident = resident(w);
