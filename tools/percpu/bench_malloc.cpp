@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,9 +115,10 @@ std::vector<workload> workloads(bool quick) {
           {"churn", {"--threads", "4000"}}};
 }
 
-// Runs the workload under `a`; its JSON line, or null (after printing why) when it failed.
+// Runs the workload under `a`, pinned to CPU `cpu` when it is not negative; its JSON line, or
+// null (after printing why) when it failed.
 nlohmann::json run_one(const std::string& program, const allocator& a, const workload& w,
-                       int timeout_s) {
+                       int timeout_s, int cpu) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return nullptr;
   std::vector<std::string> env;
@@ -135,6 +137,12 @@ nlohmann::json run_one(const std::string& program, const allocator& a, const wor
   const pid_t pid = fork();
   if (pid < 0) return nullptr;
   if (pid == 0) {
+    if (cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      sched_setaffinity(0, sizeof one, &one);
+    }
     dup2(out[1], STDOUT_FILENO);
     execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
@@ -249,6 +257,14 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   const int total = reps * static_cast<int>(ws.size() * allocators.size());
   int done = 0;
   bool percpu_failed = false;
+  std::vector<int> allowed;  // the CPUs this process may run on
+  {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) allowed.push_back(c);
+    if (allowed.empty()) allowed.push_back(-1);
+  }
   for (int rep = 0; rep < reps; ++rep) {
     for (const auto& w : ws) {
       // Rotate the order each repetition: no allocator always runs first or last.
@@ -256,7 +272,12 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
         const allocator& a = allocators[(k + static_cast<std::size_t>(rep)) % allocators.size()];
         std::cerr << fmt::format("\r[malloc] {}/{}: repetition {}/{}, {} under {}          ",
                                  ++done, total, rep + 1, reps, w.name, a.name);
-        const nlohmann::json r = run_one(program, a, w, 600);
+        // The single-thread latency runs on one CPU per repetition, the same for every
+        // allocator: the CPUs of a VM differ (on ours every allocator is 1.4-1.7x slower on
+        // CPU 0), and a comparison must not depend on where each process happened to land.
+        const int cpu =
+            w.name == "latency" ? allowed[static_cast<std::size_t>(rep) % allowed.size()] : -1;
+        const nlohmann::json r = run_one(program, a, w, 600, cpu);
         if (r.is_null()) {
           percpu_failed = percpu_failed || a.name == "percpu";
           continue;
@@ -286,7 +307,8 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
 
   fmt::print(
       "\n3. Single-thread malloc+free pair, ns (median of batches of 1000 pairs; p99 of "
-      "batches in the JSON)\n{:>8}",
+      "batches in the JSON; each repetition pinned to one CPU for all allocators, CPUs in "
+      "turn)\n{:>8}",
       "size");
   for (const auto& a : allocators) fmt::print(" {:>15}", a.name);
   fmt::print(" {:>18}\n", "percpu/fastest");
