@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages percpu builds, tests and benchmarks with (python3, sqlite3
 # and git: the real programs the malloc tests run under LD_PRELOAD; jemalloc, gperftools'
-# tcmalloc and mimalloc: the allocators `percpu bench malloc` compares).
+# tcmalloc and mimalloc: the allocators `percpu bench malloc` compares; rt-tests' hackbench and
+# linux-perf's `perf bench sched`: the context-switch check; gnuplot-nox: the report's plots).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
   python3 sqlite3 git
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
+  rt-tests linux-perf gnuplot-nox
 )
 
 missing=()

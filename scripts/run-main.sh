@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs the benchmark report.
-# Extra arguments go to each `percpu bench` suite (for example --quick or --repetitions N; for
-# --json FILE run one suite by hand, since each suite would write the same file).
+# The main job: installs what is missing, builds, and writes the benchmark report (every suite,
+# plots, raw JSON) into percpu-report/ (report.md opens with the summary table).
+# Extra arguments go to `percpu bench`: --quick (a few minutes), --repetitions N,
+# --out DIR, --suites getcpu,counter,list,pool,malloc,context-switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,12 +12,4 @@ cmake --build --preset release
 
 build/release/tools/percpu/percpu info
 echo
-build/release/tools/percpu/percpu bench "$@" getcpu
-echo
-build/release/tools/percpu/percpu bench "$@" counter
-echo
-build/release/tools/percpu/percpu bench "$@" list
-echo
-build/release/tools/percpu/percpu bench "$@" pool
-echo
-build/release/tools/percpu/percpu bench "$@" malloc
+build/release/tools/percpu/percpu bench "$@"

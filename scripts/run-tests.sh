@@ -7,8 +7,10 @@
 # a debug build (unoptimized sections, checked structures). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
 # every structure in both index modes, requiring aborts and zero lost. Last, the short form of
-# `percpu bench malloc` (every workload under every allocator once: a crash or a corrupted
-# object under percpu malloc fails it).
+# the benchmark report (`percpu bench --quick --repetitions 2`: every suite, the malloc
+# workloads under every allocator, where a crash or a corrupted object under percpu malloc
+# fails it, and the context-switch check), then tests/report_check.sh checks the report's
+# summary, sections, PNG plots and JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,8 +49,11 @@ cmake --build --preset stress
 build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts || status=1
 
 echo
-echo "=== malloc workloads, short form: every workload under every allocator ==="
-"$cli" bench --quick --repetitions 1 malloc || status=1
+echo "=== the benchmark report, short form: every suite (malloc: every workload under every"
+echo "    allocator), plots, summary ==="
+rm -rf build/report-check
+"$cli" bench --quick --repetitions 2 --out build/report-check || status=1
+tests/report_check.sh build/report-check || status=1
 
 echo
 if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi

@@ -69,6 +69,16 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(run("stress --structure nosuch").status, 0);
   EXPECT_NE(run("stress --threads 0").status, 0);
   EXPECT_NE(run("stress --mode percpu").status, 0);
+  // The report: --json belongs to one suite; unknown suites and unwritable folders are refused
+  // before anything runs.
+  const auto json_without_suite = run("bench --json /tmp/x.json");
+  EXPECT_EQ(json_without_suite.status >> 8, 2) << json_without_suite.out;
+  EXPECT_NE(json_without_suite.out.find("--json is for one suite"), std::string::npos);
+  EXPECT_NE(run("bench --suites getcpu,nosuch").status, 0);
+  const auto unwritable = run("bench --quick --suites getcpu --out /proc/percpu-report");
+  EXPECT_NE(unwritable.status, 0);
+  EXPECT_NE(unwritable.out.find("cannot write the report folder"), std::string::npos)
+      << unwritable.out;
 }
 
 // Without membarrier, drains fence by running on the drained CPU (cpu_id) or on every CPU

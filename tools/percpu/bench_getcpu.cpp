@@ -150,9 +150,7 @@ int bench_getcpu(const bench_options& options) {
   std::map<std::string, bool> agrees;
   for (const auto& m : ms) {
     if (m.read) agrees[m.name] = agrees_on_every_cpu(m.read);
-    benchmark::RegisterBenchmark(m.name.c_str(), m.bench)
-        ->Repetitions(plan.repetitions)
-        ->MinTime(plan.min_time_s);
+    register_benchmark(m.name, m.bench)->Repetitions(plan.repetitions)->MinTime(plan.min_time_s);
   }
   const auto results = run_registered("getcpu");
 

@@ -7,13 +7,8 @@
 //
 // Google Benchmark runs benchmarks inside its own process; an allocator chosen by LD_PRELOAD
 // needs one process per run, so this suite drives processes itself.
-#include <fcntl.h>
 #include <fmt/core.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -27,9 +22,8 @@
 #include <vector>
 
 #include "bench_runner.h"
+#include "child_process.h"
 #include "commands.h"
-
-extern char** environ;
 
 namespace percpu::cli {
 namespace {
@@ -49,28 +43,6 @@ constexpr const char* kLibDir = "/usr/lib/aarch64-linux-gnu/";
 constexpr const char* kLibDir = "/usr/lib/";
 #endif
 
-bool exists(const std::string& path) {
-  return access(path.c_str(), R_OK) == 0;
-}
-
-std::string self_dir() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, static_cast<std::size_t>(n));
-  return p.substr(0, p.rfind('/'));
-}
-
-// libpercpu_malloc.so of this build tree (build/<preset>/) or of this install (<prefix>/lib*).
-std::string find_percpu_malloc(const std::string& dir) {
-  for (const std::string& candidate :
-       {dir + "/../../libpercpu_malloc.so", dir + "/../lib/libpercpu_malloc.so",
-        dir + "/../lib64/libpercpu_malloc.so",
-        dir + "/../lib/x86_64-linux-gnu/libpercpu_malloc.so"})
-    if (exists(candidate)) return candidate;
-  return {};
-}
-
 // The allocators to compare, and a note on each one missing.
 std::vector<allocator> find_allocators(const std::string& dir, std::vector<std::string>& missing) {
   std::vector<allocator> all;
@@ -78,7 +50,7 @@ std::vector<allocator> find_allocators(const std::string& dir, std::vector<std::
   const std::string lib = kLibDir;
   auto add = [&](const std::string& name, const std::string& file, const std::string& conf,
                  const char* package) {
-    if (exists(lib + file)) {
+    if (readable(lib + file)) {
       all.push_back({name, lib + file, conf});
     } else {
       missing.push_back(name + " (" + lib + file + "; Debian package " + package + ")");
@@ -89,7 +61,7 @@ std::vector<allocator> find_allocators(const std::string& dir, std::vector<std::
   add("jemalloc-percpu", "libjemalloc.so.2", "percpu_arena:percpu", "libjemalloc2");
   add("tcmalloc", "libtcmalloc_minimal.so.4", "", "libtcmalloc-minimal4");
   add("mimalloc", "libmimalloc.so.2", "", "libmimalloc2.0");
-  const std::string ours = find_percpu_malloc(dir);
+  const std::string ours = find_library_beside(dir, "libpercpu_malloc.so");
   if (ours.empty()) {
     missing.push_back("percpu (libpercpu_malloc.so not found next to this build or install)");
   } else {
@@ -119,62 +91,23 @@ std::vector<workload> workloads(bool quick) {
 // null (after printing why) when it failed.
 nlohmann::json run_one(const std::string& program, const allocator& a, const workload& w,
                        int timeout_s, int cpu) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return nullptr;
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "MALLOC_CONF=", 12) != 0)
-      env.emplace_back(*e);
-  if (!a.library.empty()) env.push_back("LD_PRELOAD=" + a.library);
-  if (!a.conf.empty()) env.push_back("MALLOC_CONF=" + a.conf);
-  std::vector<std::string> args = {program, w.name};
-  args.insert(args.end(), w.args.begin(), w.args.end());
-  std::vector<char*> argv, envp;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return nullptr;
-  if (pid == 0) {
-    if (cpu >= 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      sched_setaffinity(0, sizeof one, &one);
-    }
-    dup2(out[1], STDOUT_FILENO);
-    execve(program.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  close(out[1]);
-  std::string text;
-  char buf[4096];
-  pollfd p{out[0], POLLIN, 0};
-  int waited_ms = 0;
-  while (waited_ms < timeout_s * 1000) {
-    const int r = poll(&p, 1, 100);
-    if (r == 0) {
-      waited_ms += 100;
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    const ssize_t n = read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  close(out[0]);
-  if (waited_ms >= timeout_s * 1000) kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::cerr << fmt::format("percpu bench malloc: {} under {} failed ({}{})\n", w.name, a.name,
-                             WIFSIGNALED(status) ? "signal " : "exit status ",
-                             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  child_request request;
+  request.argv = {program, w.name};
+  request.argv.insert(request.argv.end(), w.args.begin(), w.args.end());
+  request.unset_env = {"LD_PRELOAD", "MALLOC_CONF"};
+  if (!a.library.empty()) request.set_env.push_back("LD_PRELOAD=" + a.library);
+  if (!a.conf.empty()) request.set_env.push_back("MALLOC_CONF=" + a.conf);
+  request.cpu = cpu;
+  request.timeout_s = timeout_s;
+  request.on_stderr = [](std::string_view chunk) { std::cerr << chunk; };
+  const child_result result = run_child(request);
+  if (!result.ok()) {
+    std::cerr << fmt::format("percpu bench malloc: {} under {} failed ({})\n", w.name, a.name,
+                             result.describe(timeout_s));
     return nullptr;
   }
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(result.out);
   } catch (const std::exception&) {
     std::cerr << "percpu bench malloc: unreadable output from " << w.name << " under " << a.name
               << "\n";
@@ -226,13 +159,36 @@ void print_workload_table(const std::string& w, const std::vector<allocator>& al
   }
 }
 
+using size_samples =
+    std::map<std::string, std::map<std::string, std::map<std::size_t, std::vector<double>>>>;
+
+// The medians and spreads behind the tables, for the report: {"workloads": {workload:
+// {allocator: {metric: {"median", "spread_percent"}}}}, "pair_ns_by_size": {allocator: [{size,
+// p50_ns, spread_percent}]}}.
+nlohmann::json summarize(samples& m, size_samples& by_size) {
+  nlohmann::json j;
+  j["workloads"] = nlohmann::json::object();
+  for (auto& [w, by_allocator] : m)
+    for (auto& [a, metrics] : by_allocator)
+      for (auto& [key, v] : metrics)
+        if (!v.empty())
+          j["workloads"][w][a][key] = {{"median", median(v)}, {"spread_percent", spread(v)}};
+  j["pair_ns_by_size"] = nlohmann::json::object();
+  for (auto& [a, quantiles] : by_size)
+    for (auto& [size, v] : quantiles["p50"])
+      if (!v.empty())
+        j["pair_ns_by_size"][a].push_back(
+            {{"size", size}, {"p50_ns", median(v)}, {"spread_percent", spread(v)}});
+  return j;
+}
+
 }  // namespace
 
 int bench_malloc(const bench_options& options, const std::vector<std::string>& only) {
   if (!can_write(options.json_out)) return 1;
   const std::string dir = self_dir();
   const std::string program = dir + "/percpu-malloc-workload";
-  if (!exists(program)) {
+  if (!readable(program)) {
     std::cerr << "percpu bench malloc: " << program << " not found (build the whole project)\n";
     return 1;
   }
@@ -252,7 +208,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   for (const auto& m : missing) fmt::print("  not installed, skipped: {}\n", m);
 
   samples m;
-  std::map<std::string, std::map<std::string, std::map<std::size_t, std::vector<double>>>> by_size;
+  size_samples by_size;
   nlohmann::json raw = nlohmann::json::array();
   const int total = reps * static_cast<int>(ws.size() * allocators.size());
   int done = 0;
@@ -270,8 +226,9 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
       // Rotate the order each repetition: no allocator always runs first or last.
       for (std::size_t k = 0; k < allocators.size(); ++k) {
         const allocator& a = allocators[(k + static_cast<std::size_t>(rep)) % allocators.size()];
-        std::cerr << fmt::format("\r[malloc] {}/{}: repetition {}/{}, {} under {}          ",
-                                 ++done, total, rep + 1, reps, w.name, a.name);
+        if (show_progress())
+          std::cerr << fmt::format("\r[malloc] {}/{}: repetition {}/{}, {} under {}          ",
+                                   ++done, total, rep + 1, reps, w.name, a.name);
         // The single-thread latency runs on one CPU per repetition, the same for every
         // allocator: the CPUs of a VM differ (on ours every allocator is 1.4-1.7x slower on
         // CPU 0), and a comparison must not depend on where each process happened to land.
@@ -294,7 +251,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
       }
     }
   }
-  std::cerr << "\n";
+  if (show_progress()) std::cerr << "\n";
 
   fmt::print(
       "\n1. The seeds' service: 400 threads, as many serving at once as there are CPUs, "
@@ -313,6 +270,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   for (const auto& a : allocators) fmt::print(" {:>15}", a.name);
   fmt::print(" {:>18}\n", "percpu/fastest");
   double worst_latency_ratio = 0;
+  nlohmann::json criteria = nlohmann::json::object();
   if (!allocators.empty() && !by_size[allocators.front().name]["p50"].empty()) {
     for (const auto& [size, _] : by_size[allocators.front().name]["p50"]) {
       fmt::print("{:>8}", size);
@@ -357,6 +315,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
                allocators.size() < 6 ? ", against the allocators of this run only" : "");
     if (!best_rss_name.empty()) {
       const double r = med("service", "percpu", "peak_rss_kib") / best_rss;
+      criteria["service_peak_rss_ratio"] = {{"ratio", r}, {"against", best_rss_name}};
       fmt::print(
           "  service peak RSS, percpu / best per-thread-cache allocator ({}): {:.2f}x "
           "(target <= 0.80x) {}\n",
@@ -364,9 +323,11 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
     }
     if (!best_tput_name.empty()) {
       const double r = med("service", "percpu", "throughput") / best_tput;
+      criteria["service_throughput_ratio"] = {{"ratio", r}, {"against", best_tput_name}};
       fmt::print("  service throughput, percpu / best other ({}): {:.2f}x (target >= 0.90x) {}\n",
                  best_tput_name, r, r >= 0.9 ? "met" : "NOT met");
     }
+    if (worst_latency_ratio > 0) criteria["pair_latency_worst_ratio"] = worst_latency_ratio;
     if (worst_latency_ratio > 0)
       fmt::print("  pair latency, percpu / fastest, worst size: {:.2f}x (target <= 1.50x) {}\n",
                  worst_latency_ratio, worst_latency_ratio <= 1.5 ? "met" : "NOT met");
@@ -374,7 +335,12 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
 
   if (!options.json_out.empty()) {
     std::ofstream out(options.json_out);
-    out << nlohmann::json{{"suite", "malloc"}, {"runs", raw}}.dump(2) << "\n";
+    out << nlohmann::json{{"suite", "malloc"},
+                          {"summary", summarize(m, by_size)},
+                          {"criteria", criteria},
+                          {"runs", raw}}
+               .dump(2)
+        << "\n";
     if (!out) {
       std::cerr << "percpu: cannot write " << options.json_out << "\n";
       return 1;

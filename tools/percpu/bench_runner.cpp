@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -18,10 +19,12 @@ namespace {
 
 const std::string kThroughputTag = "@threads=";
 
+int g_registered = 0;  // benchmarks registered since the last run_registered()
+
 // Collects the individual repetitions (not Google Benchmark's own aggregates).
 class collecting_reporter : public benchmark::BenchmarkReporter {
  public:
-  explicit collecting_reporter(std::string suite) : suite_(std::move(suite)) {}
+  collecting_reporter(std::string suite, int total) : suite_(std::move(suite)), total_(total) {}
 
   bool ReportContext(const Context&) override { return true; }
 
@@ -42,15 +45,16 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
         r.name = name;
         r.threads = threads;
         results_.push_back(r);
-        if (isatty(STDERR_FILENO))
-          std::cerr << "\r[" << suite_ << "] " << key << std::string(20, ' ') << std::flush;
+        if (show_progress())
+          std::cerr << "\r[" << suite_ << "] " << results_.size() << "/" << total_ << ": " << key
+                    << std::string(20, ' ') << std::flush;
       }
       results_[index_[key]].samples_ns.push_back(run.GetAdjustedRealTime());
     }
   }
 
   std::vector<bench_result> take() {
-    if (isatty(STDERR_FILENO)) std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
+    if (show_progress()) std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
     for (auto& r : results_) {
       auto s = r.samples_ns;
       std::sort(s.begin(), s.end());
@@ -64,11 +68,16 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
 
  private:
   std::string suite_;
+  int total_;
   std::vector<bench_result> results_;
   std::map<std::string, size_t> index_;
 };
 
 }  // namespace
+
+bool show_progress() {
+  return isatty(STDERR_FILENO) || std::getenv("PERCPU_BENCH_PROGRESS") != nullptr;
+}
 
 bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_plan quick) {
   bench_plan plan = options.quick ? quick : thorough;
@@ -85,10 +94,17 @@ std::vector<bench_result> run_registered(const std::string& suite) {
     benchmark::Initialize(&argc, argv);
     initialized = true;
   }
-  collecting_reporter reporter(suite);
+  collecting_reporter reporter(suite, g_registered);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::ClearRegisteredBenchmarks();
+  g_registered = 0;
   return reporter.take();
+}
+
+benchmark::internal::Benchmark* register_benchmark(const std::string& name,
+                                                   std::function<void(benchmark::State&)> fn) {
+  ++g_registered;
+  return benchmark::RegisterBenchmark(name.c_str(), std::move(fn));
 }
 
 void register_throughput(const std::string& name, int threads, const bench_plan& plan,
@@ -128,7 +144,7 @@ void register_throughput(const std::string& name, int threads, const bench_plan&
       s.SetIterationTime(n ? elapsed_ns / 1e9 / static_cast<double>(n) : 0);
     }
   };
-  benchmark::RegisterBenchmark((name + kThroughputTag + std::to_string(threads)).c_str(), fn)
+  register_benchmark(name + kThroughputTag + std::to_string(threads), fn)
       ->Iterations(1)
       ->Repetitions(plan.repetitions)
       ->UseManualTime();

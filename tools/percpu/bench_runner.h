@@ -41,8 +41,18 @@ struct bench_plan {
 /// The plan for `options` given the suite's defaults for a thorough and a quick run.
 bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_plan quick);
 
+/// True when suites should print their "\r[suite] step" progress lines to stderr: it is a
+/// terminal, or a parent asked for them with PERCPU_BENCH_PROGRESS (the report reads them).
+bool show_progress();
+
+/// Registers a Google Benchmark benchmark (benchmark::RegisterBenchmark) and counts it, so that
+/// run_registered() can show "done/total" in its progress line.
+benchmark::internal::Benchmark* register_benchmark(const std::string& name,
+                                                   std::function<void(benchmark::State&)> fn);
+
 /// Runs every benchmark registered so far (benchmark::RegisterBenchmark) and returns their
-/// results in registration order. Prints one progress line per benchmark to stderr.
+/// results in registration order. Prints a progress line per benchmark to stderr when it is a
+/// terminal or PERCPU_BENCH_PROGRESS is set ("\r[suite] done/total: name", no newline).
 std::vector<bench_result> run_registered(const std::string& suite);
 
 /// The loop one thread of a throughput benchmark runs: operations until `stop` is set, returning

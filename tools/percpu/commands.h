@@ -41,4 +41,15 @@ int bench_pool(const bench_options& options);
 /// named in `only`); returns the process exit status (1 when a run under percpu malloc failed).
 int bench_malloc(const bench_options& options, const std::vector<std::string>& only);
 
+/// `percpu bench context-switch`: scheduler benchmarks (hackbench, perf bench sched) with rseq
+/// registration off, glibc's and percpu's, alternating; returns the process exit status (1 when
+/// a configuration cannot be verified or a run failed).
+int bench_context_switch(const bench_options& options);
+
+/// `percpu bench` with no suite: runs the suites in `suites` (every suite when empty), each as
+/// a child process, and writes the report folder `out_dir` (report.md, PNG plots, raw JSON);
+/// returns the process exit status (1 when a suite failed or the report cannot be written).
+int bench_report(const bench_options& options, const std::string& out_dir,
+                 const std::vector<std::string>& suites);
+
 }  // namespace percpu::cli

@@ -15,13 +15,25 @@ int main(int argc, char** argv) {
   bool info_as_json = false;
   info->add_flag("--json", info_as_json, "Print one JSON object");
 
-  auto* bench = app.add_subcommand("bench", "Run benchmark suites");
-  bench->require_subcommand(1);
+  auto* bench = app.add_subcommand(
+      "bench", "Run one benchmark suite, or with none the full report (every suite, plots)");
+  bench->require_subcommand(0, 1);
   percpu::cli::bench_options options;
   bench->add_flag("--quick", options.quick, "Fewer, shorter repetitions");
   bench->add_option("--repetitions", options.repetitions, "Repetitions per benchmark (median)")
       ->check(CLI::Range(1, 1000));
-  bench->add_option("--json", options.json_out, "Write the raw results to this JSON file");
+  bench->add_option("--json", options.json_out,
+                    "Write one suite's raw results to this JSON file (the report writes its own)");
+  std::string report_dir = "percpu-report";
+  std::vector<std::string> report_suites;
+  const std::vector<std::string> suite_names = {"getcpu", "counter", "list",
+                                                "pool",   "malloc",  "context-switch"};
+  bench->add_option("--out", report_dir, "Report folder (no suite named; default percpu-report)");
+  bench
+      ->add_option("--suites", report_suites,
+                   "Report only these suites, comma-separated (no suite named; default all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(suite_names));
   auto* getcpu = bench->add_subcommand(
       "getcpu", "Cost of asking for the current CPU: percpu vs glibc, vDSO, system call, insns");
   auto* counter = bench->add_subcommand(
@@ -42,6 +54,11 @@ int main(int argc, char** argv) {
       ->add_option("--allocators", malloc_only, "Only these allocators (default: all installed)")
       ->check(CLI::IsMember(
           {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
+
+  auto* context_switch = bench->add_subcommand(
+      "context-switch",
+      "What registering rseq costs context switches: hackbench and perf bench sched with "
+      "registration off, glibc's and percpu's, alternating; plus bytes per thread and code size");
 
   auto* stress = app.add_subcommand(
       "stress",
@@ -112,6 +129,15 @@ int main(int argc, char** argv) {
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
   if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, malloc_only);
+  if (context_switch->parsed()) return percpu::cli::bench_context_switch(options);
+  if (bench->parsed()) {
+    if (!options.json_out.empty()) {
+      std::cerr << "percpu bench: --json is for one suite; the report writes results.json in "
+                   "its folder (--out)\n";
+      return 2;
+    }
+    return percpu::cli::bench_report(options, report_dir, report_suites);
+  }
   if (stress->parsed()) {
     if (sopt.structures.empty()) sopt.structures = all_structures;
     if (sopt.modes.empty()) sopt.modes = {"cpu_id", "mm_cid"};

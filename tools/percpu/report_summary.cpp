@@ -1,0 +1,282 @@
+// The report's words: the summary table of the seeds' claims against our figures, and the
+// sentence under each suite's heading. Every figure comes from the suites' JSON of this run.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "report.h"
+
+namespace percpu::cli {
+namespace {
+
+// Median ns of benchmark `name` at `threads` in a Google Benchmark suite's JSON.
+std::optional<double> median_ns(const nlohmann::json& j, const std::string& name, int threads = 1) {
+  if (!j.contains("results")) return std::nullopt;
+  for (const auto& r : j["results"])
+    if (r.value("name", "") == name && r.value("threads", 1) == threads)
+      return r["median_ns"].get<double>();
+  return std::nullopt;
+}
+
+// The largest thread count a suite ran.
+int max_threads(const nlohmann::json& j) {
+  int most = 1;
+  if (j.contains("results"))
+    for (const auto& r : j["results"]) most = std::max(most, r.value("threads", 1));
+  return most;
+}
+
+std::string ns(double v) {
+  return v < 10 ? fmt::format("{:.2f} ns", v) : fmt::format("{:.0f} ns", v);
+}
+
+const nlohmann::json* malloc_metric(const nlohmann::json& j, const std::string& workload,
+                                    const std::string& allocator, const std::string& key) {
+  const auto& w = j["summary"]["workloads"];
+  if (!w.contains(workload) || !w[workload].contains(allocator) ||
+      !w[workload][allocator].contains(key))
+    return nullptr;
+  return &w[workload][allocator][key]["median"];
+}
+
+// Why a suite's figure is missing: it was not chosen for this report, or it failed.
+std::string missing(const std::vector<suite_run>& runs, const std::string& name) {
+  for (const auto& r : runs)
+    if (r.name == name) return "the " + name + " suite failed";
+  return "not in this report (--suites)";
+}
+
+struct row {
+  std::string claim, seeds, here, ratio;
+};
+
+void getcpu_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* g = find_run(runs, "getcpu");
+  const auto ours = g ? median_ns(g->json, "percpu::current_cpu()") : std::nullopt;
+  const auto sys = g ? median_ns(g->json, "getcpu system call") : std::nullopt;
+  const auto vdso = g ? median_ns(g->json, "vDSO getcpu") : std::nullopt;
+  const auto glibc = g ? median_ns(g->json, "glibc sched_getcpu()") : std::nullopt;
+  if (ours && sys)
+    rows.push_back({"getcpu cache vs the getcpu system call", "44x (ARM)",
+                    fmt::format("{} vs {}", ns(*ours), ns(*sys)),
+                    fmt::format("{:.0f}x", *sys / *ours)});
+  if (ours && vdso)
+    rows.push_back({"getcpu cache vs the vDSO (x86-64)", "14x",
+                    fmt::format("{} vs {}", ns(*ours), ns(*vdso)),
+                    fmt::format("{:.0f}x", *vdso / *ours)});
+  if (glibc && vdso)
+    rows.push_back({"glibc's sched_getcpu() with rseq, vs its vDSO path (x86-64)",
+                    "10 ns -> 2 ns (5x)", fmt::format("{} -> {}", ns(*vdso), ns(*glibc)),
+                    fmt::format("{:.0f}x", *vdso / *glibc)});
+  rows.push_back({"the same on aarch64 (no vDSO getcpu)", "130 ns -> 1 ns",
+                  "not measured: this report runs on x86-64", "-"});
+  if (!ours) rows.push_back({"getcpu cache", "44x / 14x", missing(runs, "getcpu"), "-"});
+}
+
+void counter_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* c = find_run(runs, "counter");
+  const auto ours = c ? median_ns(c->json, "percpu counter (cpu_id)") : std::nullopt;
+  const auto atomic = c ? median_ns(c->json, "sched_getcpu + atomic") : std::nullopt;
+  if (ours && atomic)
+    rows.push_back({"per-CPU counter: rseq vs getcpu + atomic (1 thread)", "2 ns vs 15 ns (7.5x)",
+                    fmt::format("{} vs {}", ns(*ours), ns(*atomic)),
+                    fmt::format("{:.1f}x", *atomic / *ours)});
+  else
+    rows.push_back({"per-CPU counter: rseq vs getcpu + atomic", "2 ns vs 15 ns (7.5x)",
+                    missing(runs, "counter"), "-"});
+}
+
+void malloc_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* m = find_run(runs, "malloc");
+  const char* claim = "malloc with per-CPU caches, ~400 threads on 16 cores: RSS at equal latency";
+  if (!m || !m->json.contains("criteria") ||
+      !m->json["criteria"].contains("service_peak_rss_ratio")) {
+    rows.push_back({claim, "31 GB -> 25 GB (0.81x)", missing(runs, "malloc"), "-"});
+    return;
+  }
+  const auto& rss = m->json["criteria"]["service_peak_rss_ratio"];
+  const std::string against = rss["against"];
+  const auto* ours_mib = malloc_metric(m->json, "service", "percpu", "peak_rss_kib");
+  const auto* theirs_mib = malloc_metric(m->json, "service", against, "peak_rss_kib");
+  const auto* ours_p50 = malloc_metric(m->json, "service", "percpu", "p50_us");
+  const auto* theirs_p50 = malloc_metric(m->json, "service", against, "p50_us");
+  std::string here = "peak RSS";
+  if (ours_mib && theirs_mib)
+    here = fmt::format("{:.0f} MiB ({}) -> {:.0f} MiB (percpu), 400 threads on this machine",
+                       theirs_mib->get<double>() / 1024, against, ours_mib->get<double>() / 1024);
+  if (ours_p50 && theirs_p50)
+    here += fmt::format("; request p50 {:.0f} µs -> {:.0f} µs", theirs_p50->get<double>(),
+                        ours_p50->get<double>());
+  rows.push_back(
+      {claim, "31 GB -> 25 GB (0.81x)", here, fmt::format("{:.2f}x", rss["ratio"].get<double>())});
+}
+
+void context_switch_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* cs = find_run(runs, "context-switch");
+  const char* claim = "registering rseq costs context switches nothing measurable (hackbench)";
+  if (!cs || !cs->json.contains("benchmarks")) {
+    rows.push_back(
+        {claim, "26.52 s -> 26.63 s (sd 0.4 s): +0.4%", missing(runs, "context-switch"), "-"});
+    return;
+  }
+  for (const auto& b : cs->json["benchmarks"]) {
+    if (b["benchmark"] != "hackbench, processes") continue;
+    const auto& off = b["configs"]["off"];
+    const auto& on = b["configs"]["glibc"];
+    const auto& d = b["comparisons"][0];  // glibc against off
+    rows.push_back(
+        {claim, "26.52 s -> 26.63 s (sd 0.4 s): +0.4%",
+         fmt::format("{:.3f} s -> {:.3f} s (sd {:.3f} s): {:+.1f}% ±{:.1f}%, {}",
+                     off["mean_s"].get<double>(), on["mean_s"].get<double>(),
+                     on["sd_s"].get<double>(), d["percent"].get<double>(),
+                     d["noise_percent"].get<double>(), d["verdict"].get<std::string>()),
+         fmt::format("{:.3f}x", on["mean_s"].get<double>() / off["mean_s"].get<double>())});
+    return;
+  }
+  rows.push_back({claim, "+0.4%", cs->json.value("verdict", "no hackbench runs"), "-"});
+}
+
+void size_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* cs = find_run(runs, "context-switch");
+  const char* claim = "memory per task matters: the cost of registration in size";
+  if (!cs || !cs->json.contains("size") || !cs->json["size"].contains("libraries")) {
+    rows.push_back({claim, "(no figure)", missing(runs, "context-switch"), "-"});
+    return;
+  }
+  const auto& size = cs->json["size"];
+  std::string here =
+      fmt::format("a {}-byte rseq area per thread", size["rseq_area_bytes"].get<int>());
+  for (const auto& [name, lib] : size["libraries"].items())
+    if (name != "libpercpu_register" && lib.contains("tls_bytes_per_thread"))
+      here += fmt::format("; {}.so: {} TLS bytes per thread, {:.0f} KiB of code", name,
+                          lib["tls_bytes_per_thread"].get<std::uint64_t>(),
+                          lib["code_bytes"].get<double>() / 1024);
+  rows.push_back({claim, "(no figure)", here, "-"});
+}
+
+void pool_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
+  const suite_run* p = find_run(runs, "pool");
+  const char* claim = "size per-CPU data by what exists, not by NR_CPUS";
+  if (!p || !p->json.contains("resident_bytes_per_counter") ||
+      p->json["resident_bytes_per_counter"].empty()) {
+    rows.push_back({claim, "(no figure)", missing(runs, "pool"), "-"});
+    return;
+  }
+  const auto& last = p->json["resident_bytes_per_counter"].back();
+  const double ours = last["pool_mm_cid_256_slots"].get<double>();
+  const double naive = last["padded_cpu_setsize"].get<double>();
+  rows.push_back(
+      {claim, "(no figure)",
+       fmt::format("{:.0f} resident bytes per counter ({} threads, pool laid out for 256 "
+                   "CPUs) vs {:.0f} padded x CPU_SETSIZE",
+                   ours, last["threads"].get<int>(), naive),
+       fmt::format("{:.0f}x less", naive / ours)});
+}
+
+}  // namespace
+
+const suite_run* find_run(const std::vector<suite_run>& runs, const std::string& name) {
+  for (const auto& r : runs)
+    if (r.name == name && !r.json.is_null()) return &r;
+  return nullptr;
+}
+
+std::string summary_table(const std::vector<suite_run>& runs) {
+  std::vector<row> rows;
+  getcpu_rows(runs, rows);
+  counter_rows(runs, rows);
+  malloc_rows(runs, rows);
+  context_switch_rows(runs, rows);
+  size_rows(runs, rows);
+  pool_rows(runs, rows);
+  std::string md = "| the seeds' claim | the seeds measured | measured here | ratio here |\n";
+  md += "|---|---|---|---|\n";
+  for (const auto& r : rows)
+    md += fmt::format("| {} | {} | {} | {} |\n", r.claim, r.seeds, r.here, r.ratio);
+  return md;
+}
+
+std::string suite_sentence(const suite_run& run) {
+  const nlohmann::json& j = run.json;
+  if (run.name == "getcpu") {
+    const auto ours = median_ns(j, "percpu::current_cpu()");
+    const auto glibc = median_ns(j, "glibc sched_getcpu()");
+    const auto vdso = median_ns(j, "vDSO getcpu");
+    const auto sys = median_ns(j, "getcpu system call");
+    if (ours && glibc && vdso && sys)
+      return fmt::format(
+          "Asking for the current CPU costs {} with `percpu::current_cpu()` (one load from the "
+          "rseq area), {:.1f}x less than glibc's `sched_getcpu()`, {:.0f}x less than the vDSO "
+          "and {:.0f}x less than the system call.",
+          ns(*ours), *glibc / *ours, *vdso / *ours, *sys / *ours);
+  } else if (run.name == "counter" || run.name == "list") {
+    const bool counter = run.name == "counter";
+    const std::string ours = counter ? "percpu counter (cpu_id)" : "percpu freelist (cpu_id)";
+    const std::string other = counter ? "sched_getcpu + atomic" : "Treiber stack (tagged CAS)";
+    const std::string shared = counter ? "one shared atomic" : "list + mutex";
+    const int most = max_threads(j);
+    const auto o1 = median_ns(j, ours), a1 = median_ns(j, other);
+    const auto on = median_ns(j, ours, most), an = median_ns(j, other, most),
+               sn = median_ns(j, shared, most);
+    if (o1 && a1 && on && an && sn)
+      return fmt::format(
+          "Wall-clock time per {} of the whole process: the percpu {} takes {} at 1 thread against "
+          "{} for "
+          "{} ({:.1f}x); at {} threads {} against {} ({:.1f}x) and {} for {}. Threads beyond "
+          "the CPUs add no contention to a per-CPU slot: the percpu line stays flat.",
+          counter ? "increment" : "push+pop pair", counter ? "counter" : "free list", ns(*o1),
+          ns(*a1), other, *a1 / *o1, most, ns(*on), ns(*an), *an / *on, ns(*sn), shared);
+  } else if (run.name == "pool") {
+    if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
+      const auto& last = j["resident_bytes_per_counter"].back();
+      return fmt::format(
+          "Resident memory per 8-byte per-CPU counter: the pool keeps {:.0f} bytes at {} "
+          "threads (its slots follow the indices in use), where cache-line-padded arrays take "
+          "{:.0f} bytes sized by the possible CPUs and {:.0f} by CPU_SETSIZE.",
+          last["pool_cpu_id"].get<double>(), last["threads"].get<int>(),
+          last["padded_possible"].get<double>(), last["padded_cpu_setsize"].get<double>());
+    }
+  } else if (run.name == "malloc") {
+    if (j.contains("criteria") && j["criteria"].contains("service_throughput_ratio")) {
+      const auto& c = j["criteria"];
+      return fmt::format(
+          "In the seeds' service (400 threads, as many serving at once as there are CPUs) percpu "
+          "malloc peaks at {:.2f}x the RSS of the leanest per-thread-cache allocator ({}) and "
+          "serves {:.2f}x the requests per second of the fastest other ({}); its single-thread "
+          "malloc+free pair takes at worst {:.2f}x the fastest allocator's time.",
+          c["service_peak_rss_ratio"]["ratio"].get<double>(),
+          c["service_peak_rss_ratio"]["against"].get<std::string>(),
+          c["service_throughput_ratio"]["ratio"].get<double>(),
+          c["service_throughput_ratio"]["against"].get<std::string>(),
+          c.value("pair_latency_worst_ratio", 0.0));
+    }
+  } else if (run.name == "context-switch") {
+    if (j.contains("verdict")) {
+      std::string text = fmt::format(
+          "Scheduler benchmarks with rseq registration off, glibc's, glibc's with percpu's "
+          "libraries loaded, and percpu's own ({} alternating runs each): {}.",
+          j.value("repetitions", 0), j["verdict"].get<std::string>());
+      // percpu against off also differs in the libraries loaded: say so where that shows.
+      std::vector<std::string> loading;
+      for (const auto& b : j["benchmarks"])
+        for (const auto& c : b["comparisons"])
+          if (!c["registration_only"].get<bool>() && c["verdict"] != "within the noise" &&
+              c["verdict"] != "too few runs to tell")
+            loading.push_back(fmt::format("{} ({:+.1f}%)", b["benchmark"].get<std::string>(),
+                                          c["percent"].get<double>()));
+      if (!loading.empty()) {
+        text += " percpu against off stands out in ";
+        for (std::size_t i = 0; i < loading.size(); ++i) text += (i ? ", " : "") + loading[i];
+        text +=
+            ", where glibc+lib shows the same: the cost of loading libpercpu.so and libstdc++ "
+            "into a C program (more mappings to fork and tear down), not of the registration.";
+      }
+      return text;
+    }
+  }
+  return "This suite did not produce the figures its sentence needs (see its output below).";
+}
+
+}  // namespace percpu::cli
