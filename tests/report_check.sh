@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks a report folder written by `percpu bench` (no suite): report.md opens with the summary
 # table and has a section per suite, every plot it shows is a PNG gnuplot drew, results.json
-# holds every suite's results, and no suite failed.
+# holds every suite's results, and no suite failed or skipped (a missing tool skips one).
 # Usage: tests/report_check.sh DIR [SUITE...]   (default: every suite)
 set -euo pipefail
 dir=$1
@@ -39,5 +39,9 @@ for s in sys.argv[2:]:
     suite = r["suites"].get(s)
     if not suite or not suite["ok"] or suite["results"] is None:
         sys.exit(f"report check: results.json: suite {s} missing or failed")
+    if "skipped" in suite["results"]:
+        sys.exit(f"report check: suite {s} skipped: {suite['results']['skipped']}")
+    if "skipped" in suite["results"]:
+        sys.exit(f"report check: suite {s} skipped: {suite['results']['skipped']}")
 PY
 echo "report check: $dir/report.md: ${#suites[@]} suites, $plots plots, all present"

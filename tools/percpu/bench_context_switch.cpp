@@ -196,6 +196,16 @@ void print_size_facts(const nlohmann::json& j) {
   }
 }
 
+// Writes why the suite cannot run here (nothing failed: a prerequisite is missing) and returns
+// the exit status: 0, or 1 when the JSON cannot be written.
+int skip(const bench_options& options, const std::string& reason) {
+  fmt::print("percpu bench context-switch: skipped: {}\n", reason);
+  if (options.json_out.empty()) return 0;
+  std::ofstream out(options.json_out);
+  out << nlohmann::json{{"suite", "context-switch"}, {"skipped", reason}}.dump(2) << "\n";
+  return out ? 0 : 1;
+}
+
 }  // namespace
 
 int bench_context_switch(const bench_options& options) {
@@ -222,10 +232,13 @@ int bench_context_switch(const bench_options& options) {
   if (hackbench.empty())
     fmt::print("  not installed, skipped: hackbench (Debian package rt-tests)\n");
   if (perf.empty()) fmt::print("  not installed, skipped: perf (Debian package linux-perf)\n");
-  if (benches.empty()) {
-    std::cerr << "percpu bench context-switch: neither hackbench nor perf is installed\n";
-    return 1;
-  }
+  if (benches.empty())
+    return skip(options, "neither hackbench (rt-tests) nor perf (linux-perf) is installed");
+  // The check compares registration off and on; where rseq(2) cannot register, "on" is
+  // impossible (the machine's mode is what `percpu info` reports).
+  if (const registration_info reg = registration(); reg.fallback)
+    return skip(options, "rseq is unavailable here (" + reg.fallback_reason +
+                             "): registration cannot be turned on");
 
   const std::string tunable_off = "GLIBC_TUNABLES=glibc.pthread.rseq=0";
   const std::string preload = "LD_PRELOAD=" + register_lib;

@@ -41,10 +41,15 @@ const nlohmann::json* malloc_metric(const nlohmann::json& j, const std::string& 
   return &w[workload][allocator][key]["median"];
 }
 
-// Why a suite's figure is missing: it was not chosen for this report, or it failed.
+// Why a suite's figure is missing: it was not chosen for this report, it skipped (a tool it
+// needs is missing), or it failed.
 std::string missing(const std::vector<suite_run>& runs, const std::string& name) {
-  for (const auto& r : runs)
-    if (r.name == name) return "the " + name + " suite failed";
+  for (const auto& r : runs) {
+    if (r.name != name) continue;
+    if (r.json.is_object() && r.json.contains("skipped"))
+      return "skipped: " + r.json["skipped"].get<std::string>();
+    return "the " + name + " suite failed";
+  }
   return "not in this report (--suites)";
 }
 
@@ -253,6 +258,7 @@ std::string suite_sentence(const suite_run& run) {
           c.value("pair_latency_worst_ratio", 0.0));
     }
   } else if (run.name == "context-switch") {
+    if (j.contains("skipped")) return "Skipped: " + j["skipped"].get<std::string>() + ".";
     if (j.contains("verdict")) {
       std::string text = fmt::format(
           "Scheduler benchmarks with rseq registration off, glibc's, glibc's with percpu's "
