@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +38,13 @@ std::vector<std::string> child_environment(const child_request& r) {
   return env;
 }
 
-[[noreturn]] void exec_child(const child_request& r, std::vector<std::string> env, int out_fd,
-                             int err_fd) {
+[[noreturn]] void exec_child(const child_request& r, std::vector<std::string> env, pid_t parent,
+                             int out_fd, int err_fd) {
+  // Dies with us: a report or suite stopped by a signal leaves no benchmark running (each
+  // level sets this for its own children, so the whole tree goes).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // we were already orphaned before prctl took effect
+  if (r.new_process_group) setpgid(0, 0);
   if (r.cpu >= 0) {
     cpu_set_t one;
     CPU_ZERO(&one);
@@ -82,8 +88,9 @@ child_result run_child(const child_request& r) {
     return result;
   }
   std::vector<std::string> env = child_environment(r);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid == 0) exec_child(r, std::move(env), out[1], err[1]);
+  if (pid == 0) exec_child(r, std::move(env), parent, out[1], err[1]);
   close(out[1]);
   close(err[1]);
   if (pid < 0) {
@@ -92,6 +99,8 @@ child_result run_child(const child_request& r) {
     return result;
   }
   result.started = true;
+  if (r.new_process_group) setpgid(pid, pid);  // both sides: whichever runs first
+  if (r.on_started) r.on_started(pid);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(r.timeout_s);
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;

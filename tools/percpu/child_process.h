@@ -17,6 +17,11 @@ struct child_request {
   std::string cwd;                     ///< run in this directory when not empty
   int cpu = -1;                        ///< pin the child to this CPU when not negative
   int timeout_s = 600;                 ///< SIGKILL after this many seconds
+  /// Start the child in a process group of its own (its descendants join it), so that the
+  /// caller can stop the whole tree with kill(-pid, SIGKILL); see on_started.
+  bool new_process_group = false;
+  /// Called with the child's pid once it runs (for a stop handler of the caller's).
+  std::function<void(int pid)> on_started;
   /// Called with each chunk of the child's standard error as it arrives; when empty, the
   /// child's standard error is collected into child_result::err instead.
   std::function<void(std::string_view)> on_stderr;

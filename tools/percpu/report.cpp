@@ -4,6 +4,7 @@
 // progress line shows the suite, its step and the time left.
 #include <fmt/chrono.h>
 #include <fmt/core.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -150,6 +151,24 @@ class progress {
   double done_estimate_ = 0, done_actual_ = 0;
 };
 
+// The process group of the suite running now (0: none). A signal that stops the report stops
+// the suite and everything it started (hackbench's and perf's own children included: they stay
+// in the suite's group), instead of leaving them running on their own.
+volatile sig_atomic_t g_suite_group = 0;
+
+extern "C" void stop_report(int sig) {
+  if (g_suite_group > 0) kill(-g_suite_group, SIGKILL);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void stop_suites_with_the_report() {
+  struct sigaction sa {};
+  sa.sa_handler = stop_report;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 suite_run run_suite(const suite_spec& spec, const bench_options& options, const std::string& dir,
                     progress& bar) {
   suite_run run;
@@ -168,8 +187,11 @@ suite_run run_suite(const suite_spec& spec, const bench_options& options, const 
   request.timeout_s = 3600;
   std::string log;
   request.on_stderr = [&](std::string_view chunk) { bar.feed(chunk, log); };
+  request.new_process_group = true;
+  request.on_started = [](int pid) { g_suite_group = pid; };
   const auto start = std::chrono::steady_clock::now();
   const child_result result = run_child(request);
+  g_suite_group = 0;
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.text = result.out;
   std::ofstream(dir + "/raw/" + run.name + ".txt") << result.out;
@@ -257,6 +279,7 @@ int bench_report(const bench_options& options, const std::string& out_dir,
   std::cerr << fmt::format("percpu bench: {} suites into {}/ (estimated {} on a 2-CPU VM)\n",
                            chosen.size(), out_dir, clock_text(total));
 
+  stop_suites_with_the_report();
   const auto start = std::chrono::steady_clock::now();
   progress bar(estimates);
   std::vector<suite_run> runs;
