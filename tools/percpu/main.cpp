@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
   auto* malloc_suite = bench->add_subcommand(
       "malloc",
       "Allocation workloads (service, producer/consumer, pair latency, thread churn) under "
-      "glibc, jemalloc, tcmalloc, mimalloc and percpu malloc: throughput, latency, peak RSS");
+      "glibc, jemalloc (default and percpu arenas), tcmalloc, mimalloc and percpu malloc: "
+      "throughput, latency, peak RSS");
   std::vector<std::string> malloc_only;
   malloc_suite
       ->add_option("--allocators", malloc_only, "Only these allocators (default: all installed)")

@@ -46,8 +46,10 @@ std::string scaling_plot(const suite_run& run, const std::string& title, std::of
   const std::string file = "data/" + run.name + ".dat";
   return fmt::format(
       "{}set output '{}.png'\nset title {}\nset xlabel 'threads'\nset ylabel 'ns per operation "
-      "of the whole process (median, log scale)'\nset logscale xy\nset key outside right\n"
-      "set grid\nplot for [i=2:{}] '{}' using 1:i with linespoints lw 2 title columnheader(i)\n"
+      "of the whole process (median, log scale)'\nset logscale xy\nset autoscale xfix\nset offsets "
+      "graph 0.03, graph 0.03, 0, 0\n"
+      "set key outside right\nset grid\nplot for [i=2:{}] '{}' using 1:i with linespoints lw 2 "
+      "title columnheader(i)\n"
       "unset logscale\n",
       kTerminal, run.name, quoted(title), names.size() + 1, file);
 }

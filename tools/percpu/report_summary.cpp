@@ -53,6 +53,31 @@ std::string missing(const std::vector<suite_run>& runs, const std::string& name)
   return "not in this report (--suites)";
 }
 
+// Whether benchmark `name` kept its time from 2 threads up (per-CPU slots: threads beyond the
+// CPUs should add no contention), said from the data: within 1.5x of its best, or not.
+std::string flatness(const nlohmann::json& j, const std::string& name) {
+  double best = 0, worst = 0;
+  int worst_threads = 0;
+  bool noisy = false;
+  for (const auto& r : j["results"]) {
+    if (r.value("name", "") != name || r.value("threads", 1) < 2) continue;
+    const double v = r["median_ns"].get<double>();
+    if (best == 0 || v < best) best = v;
+    if (v > worst) worst = v, worst_threads = r.value("threads", 1);
+    noisy = noisy || r.value("noisy", false);
+  }
+  if (best == 0) return "";
+  if (worst <= 1.5 * best)
+    return fmt::format(
+        "From 2 threads on its time stays within {:.2f}x of its best: threads beyond the CPUs "
+        "add no contention to a per-CPU slot.",
+        worst / best);
+  return fmt::format(
+      "From 2 threads on its time varies up to {:.1f}x (at {} threads){}: a per-CPU slot has "
+      "no contention to add, so read this as the machine's doing and rerun.",
+      worst / best, worst_threads, noisy ? ", where the repetitions varied by more than 20%" : "");
+}
+
 struct row {
   std::string claim, seeds, here, ratio;
 };
@@ -227,12 +252,11 @@ std::string suite_sentence(const suite_run& run) {
                sn = median_ns(j, shared, most);
     if (o1 && a1 && on && an && sn)
       return fmt::format(
-          "Wall-clock time per {} of the whole process: the percpu {} takes {} at 1 thread against "
-          "{} for "
-          "{} ({:.1f}x); at {} threads {} against {} ({:.1f}x) and {} for {}. Threads beyond "
-          "the CPUs add no contention to a per-CPU slot: the percpu line stays flat.",
+          "Wall-clock time per {} of the whole process: the percpu {} takes {} at 1 thread "
+          "against {} for {} ({:.1f}x); at {} threads {} against {} ({:.1f}x) and {} for {}. {}",
           counter ? "increment" : "push+pop pair", counter ? "counter" : "free list", ns(*o1),
-          ns(*a1), other, *a1 / *o1, most, ns(*on), ns(*an), *an / *on, ns(*sn), shared);
+          ns(*a1), other, *a1 / *o1, most, ns(*on), ns(*an), *an / *on, ns(*sn), shared,
+          flatness(j, ours));
   } else if (run.name == "pool") {
     if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
       const auto& last = j["resident_bytes_per_counter"].back();
