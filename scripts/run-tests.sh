@@ -7,7 +7,7 @@
 # a debug build (unoptimized sections, checked structures). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
 # every structure in both index modes, requiring aborts and zero lost. Last, the short form of
-# the benchmark report (`percpu bench --quick --repetitions 2`: every suite, the malloc
+# the benchmark report (`percpu bench --quick --repetitions 3`: every suite, the malloc
 # workloads under every allocator, where a crash or a corrupted object under percpu malloc
 # fails it, and the context-switch check), then tests/report_check.sh checks the report's
 # summary, sections, PNG plots and JSON.
@@ -52,7 +52,7 @@ echo
 echo "=== the benchmark report, short form: every suite (malloc: every workload under every"
 echo "    allocator), plots, summary ==="
 rm -rf build/report-check
-"$cli" bench --quick --repetitions 2 --out build/report-check || status=1
+"$cli" bench --quick --repetitions 3 --out build/report-check || status=1
 tests/report_check.sh build/report-check || status=1
 
 echo

@@ -81,22 +81,36 @@ inline ab_difference compare_means(const mean_sd& a, const mean_sd& b) {
 /// in which direction, against the about 1 in 20 expected by chance.
 struct ab_verdict {
   int compared = 0;
-  int slower = 0;  ///< beyond the noise, B slower
-  int faster = 0;  ///< beyond the noise, B faster
+  int undecided = 0;  ///< too few runs (fewer than 3 on a side, or none: failed runs)
+  int slower = 0;     ///< beyond the noise, B slower
+  int faster = 0;     ///< beyond the noise, B faster
   void add(const ab_difference& d) {
     ++compared;
-    if (!d.enough_runs || d.within_noise()) return;
+    if (!d.enough_runs) {
+      ++undecided;
+      return;
+    }
+    if (d.within_noise()) return;
     (d.percent > 0 ? slower : faster) += 1;
   }
   /// Comparisons beyond the noise that chance alone would give: 1 in 20, rounded up.
   int expected_by_chance() const { return (compared + 19) / 20; }
   /// True when the runs show a cost: more comparisons slower beyond the noise than chance
   /// gives, and none faster.
-  bool measurable_cost() const { return slower > expected_by_chance() && faster == 0; }
+  bool measurable_cost() const { return slower > (compared - undecided + 19) / 20 && faster == 0; }
   std::string text() const;
 };
 
 inline std::string ab_verdict::text() const {
+  if (compared == 0 || undecided == compared)
+    return "too few runs to tell (each comparison needs at least 3 runs of each side)";
+  if (undecided > 0) {
+    ab_verdict decided = *this;
+    decided.compared -= undecided;
+    decided.undecided = 0;
+    return std::to_string(undecided) + " of " + std::to_string(compared) +
+           " comparisons had too few runs to tell; of the others, " + decided.text();
+  }
   const int beyond = slower + faster;
   const std::string counts = std::to_string(beyond) + " of " + std::to_string(compared);
   if (beyond == 0)

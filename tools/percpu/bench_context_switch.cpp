@@ -113,6 +113,7 @@ bool verify_configuration(const configuration& c, const std::vector<std::string>
     child_request r;
     r.argv = threaded;
     r.set_env = c.set_env;
+    r.unset_env = {"LD_PRELOAD", "GLIBC_TUNABLES"};  // as the measured runs
     r.set_env.push_back("PERCPU_REGISTER_REPORT=1");
     r.timeout_s = 60;
     const child_result got = run_child(r);
@@ -121,14 +122,15 @@ bool verify_configuration(const configuration& c, const std::vector<std::string>
     if (!ok)
       std::cerr << fmt::format(
           "percpu bench context-switch: configuration {} expects an area owned by {} in every "
-          "thread; libpercpu_register.so reported: {}\n",
-          c.name, c.owner, got.err);
+          "thread; the check run ({}) reported: {}\n",
+          c.name, c.owner, got.describe(r.timeout_s), got.err);
     return ok;
   }
   // Without the preload, `percpu info` under the same environment says whether glibc registers.
   child_request r;
   r.argv = {self_dir() + "/percpu", "info", "--json"};
   r.set_env = c.set_env;
+  r.unset_env = {"LD_PRELOAD", "GLIBC_TUNABLES"};
   r.timeout_s = 60;
   const child_result got = run_child(r);
   try {
@@ -177,10 +179,14 @@ nlohmann::json size_facts(const std::string& register_lib) {
 }
 
 void print_size_facts(const nlohmann::json& j) {
-  fmt::print(
-      "\nSize: the rseq area is {} bytes per thread (glibc's lies inside its thread descriptor, "
-      "which every thread has anyway; percpu's own is part of libpercpu.so's TLS below)\n",
-      j["rseq_area_bytes"].get<int>());
+  if (j["rseq_area_bytes"].get<int>() > 0)
+    fmt::print(
+        "\nSize: the rseq area is {} bytes per thread (glibc's lies inside its thread "
+        "descriptor, which every thread has anyway; percpu's own is part of libpercpu.so's TLS "
+        "below)\n",
+        j["rseq_area_bytes"].get<int>());
+  else
+    fmt::print("\nSize: no rseq area is registered here (fallback mode); the libraries:\n");
   fmt::print("{:<24} {:>12} {:>12} {:>16} {:>12}\n", "library", "code bytes", ".text bytes",
              "TLS bytes/thread", "file bytes");
   if (!j.contains("libraries")) return;
@@ -198,11 +204,13 @@ void print_size_facts(const nlohmann::json& j) {
 
 // Writes why the suite cannot run here (nothing failed: a prerequisite is missing) and returns
 // the exit status: 0, or 1 when the JSON cannot be written.
-int skip(const bench_options& options, const std::string& reason) {
+int skip(const bench_options& options, const std::string& reason, const nlohmann::json& sizes) {
   fmt::print("percpu bench context-switch: skipped: {}\n", reason);
+  print_size_facts(sizes);
   if (options.json_out.empty()) return 0;
   std::ofstream out(options.json_out);
-  out << nlohmann::json{{"suite", "context-switch"}, {"skipped", reason}}.dump(2) << "\n";
+  out << nlohmann::json{{"suite", "context-switch"}, {"skipped", reason}, {"size", sizes}}.dump(2)
+      << "\n";
   return out ? 0 : 1;
 }
 
@@ -233,12 +241,15 @@ int bench_context_switch(const bench_options& options) {
     fmt::print("  not installed, skipped: hackbench (Debian package rt-tests)\n");
   if (perf.empty()) fmt::print("  not installed, skipped: perf (Debian package linux-perf)\n");
   if (benches.empty())
-    return skip(options, "neither hackbench (rt-tests) nor perf (linux-perf) is installed");
+    return skip(options, "neither hackbench (rt-tests) nor perf (linux-perf) is installed",
+                size_facts(register_lib));
   // The check compares registration off and on; where rseq(2) cannot register, "on" is
   // impossible (the machine's mode is what `percpu info` reports).
   if (const registration_info reg = registration(); reg.fallback)
-    return skip(options, "rseq is unavailable here (" + reg.fallback_reason +
-                             "): registration cannot be turned on");
+    return skip(
+        options,
+        "rseq is unavailable here (" + reg.fallback_reason + "): registration cannot be turned on",
+        size_facts(register_lib));
 
   const std::string tunable_off = "GLIBC_TUNABLES=glibc.pthread.rseq=0";
   const std::string preload = "LD_PRELOAD=" + register_lib;
@@ -319,7 +330,8 @@ int bench_context_switch(const bench_options& options) {
       const mean_sd m = describe_samples(by_config[c.name]);
       row["configs"][c.name] = {
           {"mean_s", m.mean}, {"sd_s", m.sd}, {"runs", m.n}, {"samples_s", by_config[c.name]}};
-      fmt::print(" {:>17}", fmt::format("{:.4f} ± {:.4f}", m.mean, m.sd));
+      fmt::print(" {:>17}",
+                 m.n == 0 ? std::string("no runs") : fmt::format("{:.4f} ± {:.4f}", m.mean, m.sd));
     }
     for (const auto& cmp : kComparisons) {
       const ab_difference d =
@@ -331,8 +343,9 @@ int bench_context_switch(const bench_options& options) {
                                     {"percent", d.percent},
                                     {"noise_percent", d.noise_percent},
                                     {"verdict", d.verdict()}});
-      fmt::print("  {:>17}", fmt::format("{:+.1f}% ±{:.1f}{}", d.percent, d.noise_percent,
-                                         stands_out ? "!" : ""));
+      fmt::print("  {:>17}", !d.enough_runs ? std::string("too few runs")
+                                            : fmt::format("{:+.1f}% ±{:.1f}{}", d.percent,
+                                                          d.noise_percent, stands_out ? "!" : ""));
       if (cmp.registration_only) tally.add(d);
     }
     fmt::print("\n");

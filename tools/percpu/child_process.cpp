@@ -105,16 +105,24 @@ child_result run_child(const child_request& r) {
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[8192];
+  // The child's exit ends the wait even when something it started in the background still
+  // holds its pipes open: once it has exited, what is left to read is read, then we stop.
+  bool exited = false;
   while (open_fds > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timed_out = true;
-      kill(pid, SIGKILL);
+      kill(r.new_process_group ? -pid : pid, SIGKILL);
       break;
     }
-    const int n = poll(fds, 2, static_cast<int>(std::min<long>(left.count(), 1000)));
+    const int n = poll(fds, 2, exited ? 0 : static_cast<int>(std::min<long>(left.count(), 200)));
     if (n < 0 && errno != EINTR) break;
+    if (n == 0) {
+      if (exited) break;
+      exited = waitpid(pid, &result.status, WNOHANG) == pid;
+      continue;
+    }
     for (int i = 0; i < 2 && n > 0; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
       const ssize_t got = read(fds[i].fd, buf, sizeof buf);
@@ -136,8 +144,9 @@ child_result run_child(const child_request& r) {
   }
   for (auto& f : fds)
     if (f.fd >= 0) close(f.fd);
-  while (waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {
-  }
+  if (!exited)
+    while (waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {
+    }
   return result;
 }
 

@@ -125,6 +125,17 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  // --out and --suites belong to the report; with a suite named they would be ignored.
+  if (bench->parsed() && !bench->get_subcommands().empty() &&
+      (bench->count("--out") > 0 || bench->count("--suites") > 0)) {
+    std::cerr << "percpu bench: --out and --suites are for the report (no suite named); to "
+                 "report several suites use --suites a,b (comma-separated)\n";
+    return 2;
+  }
+  if (bench->parsed() && report_dir.empty()) {
+    std::cerr << "percpu bench: --out needs a folder name\n";
+    return 2;
+  }
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (list->parsed()) return percpu::cli::bench_list(options);

@@ -203,11 +203,34 @@ suite_run run_suite(const suite_spec& spec, const bench_options& options, const 
     run.json = nullptr;
   }
   run.ok = result.ok() && !run.json.is_null();
+  if (run.json.is_null()) std::filesystem::remove(json_path);  // an empty file, if any
   if (!run.ok)
     run.failure =
         fmt::format("`percpu bench {}` {}{}", run.name, result.describe(request.timeout_s),
                     run.json.is_null() ? ", no JSON written" : "");
   return run;
+}
+
+// Removes what an earlier report wrote into `dir` (by name: the folder may hold other files,
+// which stay), so nothing stale passes for this run's, and leaves a report.md that says a run
+// is under way, which stays if the run is stopped. False when the folder cannot be written.
+bool prepare_folder(const std::string& dir, const std::string& command) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& s : kSuites)
+    for (const char* ext : {".json", ".txt", ".log"}) fs::remove(dir + "/raw/" + s.name + ext, ec);
+  for (const char* plot : kPlotNames) {
+    fs::remove(dir + "/" + plot + ".png", ec);
+    fs::remove(dir + "/data/" + plot + ".dat", ec);
+  }
+  for (const char* file : {"results.json", "plots.gp", "data"}) fs::remove(dir + "/" + file, ec);
+  ec.clear();
+  fs::create_directories(dir + "/raw", ec);
+  if (ec) return false;
+  std::ofstream md(dir + "/report.md");
+  md << "# percpu benchmark report\n\n`" << command
+     << "` is running, or was stopped before it finished: no results yet.\n";
+  return static_cast<bool>(md);
 }
 
 std::string command_line(const bench_options& options, const std::vector<std::string>& suites) {
@@ -249,8 +272,9 @@ std::string markdown(const std::vector<suite_run>& runs, const std::vector<plot>
     md += (r.json.is_null() ? "The suite failed: " + r.failure + "." : suite_sentence(r)) + "\n\n";
     for (const auto& p : plots)
       if (p.suite == r.name) md += fmt::format("![{}]({})\n\n", p.title, p.file);
-    md += fmt::format("`percpu bench {}`, {} (raw results: raw/{}.json):\n\n```text\n{}```\n",
-                      r.name, clock_text(r.seconds), r.name, r.text);
+    md += fmt::format("`percpu bench {}`, {}{}:\n\n```text\n{}```\n", r.name, clock_text(r.seconds),
+                      r.json.is_null() ? "" : fmt::format(" (raw results: raw/{}.json)", r.name),
+                      r.text);
   }
   md +=
       "\n## Files\n\n`results.json` holds every suite's raw results and `percpu info --json`; "
@@ -267,9 +291,7 @@ int bench_report(const bench_options& options, const std::string& out_dir,
   for (const auto& s : kSuites)
     if (suites.empty() || std::find(suites.begin(), suites.end(), s.name) != suites.end())
       chosen.push_back(s);
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir + "/raw", ec);
-  if (ec || !can_write(out_dir + "/report.md")) {
+  if (!prepare_folder(out_dir, command_line(options, suites))) {
     std::cerr << "percpu bench: cannot write the report folder " << out_dir << "\n";
     return 1;
   }

@@ -27,6 +27,10 @@ struct plot {
   std::string title;  ///< alt text and caption
 };
 
+/// The plots a report can draw: <name>.png, from data/<name>.dat.
+inline constexpr const char* kPlotNames[] = {
+    "getcpu", "counter", "list", "pool", "malloc_rss", "malloc_latency", "context_switch"};
+
 /// Writes the plots' data (data/*.dat) and gnuplot script (plots.gp) into `dir`, then runs
 /// gnuplot there (pngcairo). Returns the plots drawn. When gnuplot is missing or fails, says
 /// why in `*error` (the report then says it too) and returns those drawn before the failure.

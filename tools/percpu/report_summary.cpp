@@ -82,6 +82,19 @@ struct row {
   std::string claim, seeds, here, ratio;
 };
 
+// "3316x", "6.9x", "0.7x": whole numbers from 10 up, one decimal below.
+std::string times(double r) {
+  return r >= 10 ? fmt::format("{:.0f}x", r) : fmt::format("{:.1f}x", r);
+}
+
+// Who registered the area in the getcpu suite's process ("glibc", "percpu"), and its mode.
+std::string getcpu_owner(const nlohmann::json& j) {
+  return j.value("owner", std::string("?"));
+}
+bool getcpu_fallback(const nlohmann::json& j) {
+  return j.value("mode", "") == "fallback";
+}
+
 void getcpu_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
   const suite_run* g = find_run(runs, "getcpu");
   const auto ours = g ? median_ns(g->json, "percpu::current_cpu()") : std::nullopt;
@@ -90,16 +103,23 @@ void getcpu_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
   const auto glibc = g ? median_ns(g->json, "glibc sched_getcpu()") : std::nullopt;
   if (ours && sys)
     rows.push_back({"getcpu cache vs the getcpu system call", "44x (ARM)",
-                    fmt::format("{} vs {}", ns(*ours), ns(*sys)),
-                    fmt::format("{:.0f}x", *sys / *ours)});
+                    fmt::format("{} vs {}{}", ns(*ours), ns(*sys),
+                                getcpu_fallback(g->json) ? " (fallback mode: no rseq here)" : ""),
+                    times(*sys / *ours)});
   if (ours && vdso)
     rows.push_back({"getcpu cache vs the vDSO (x86-64)", "14x",
-                    fmt::format("{} vs {}", ns(*ours), ns(*vdso)),
-                    fmt::format("{:.0f}x", *vdso / *ours)});
-  if (glibc && vdso)
+                    fmt::format("{} vs {}", ns(*ours), ns(*vdso)), times(*vdso / *ours)});
+  if (glibc && vdso && getcpu_owner(g->json) == "glibc")
     rows.push_back({"glibc's sched_getcpu() with rseq, vs its vDSO path (x86-64)",
                     "10 ns -> 2 ns (5x)", fmt::format("{} -> {}", ns(*vdso), ns(*glibc)),
-                    fmt::format("{:.0f}x", *vdso / *glibc)});
+                    times(*vdso / *glibc)});
+  else if (glibc && vdso)
+    rows.push_back({"glibc's sched_getcpu() with rseq, vs its vDSO path (x86-64)",
+                    "10 ns -> 2 ns (5x)",
+                    fmt::format("not measurable: glibc registered no rseq area in this run "
+                                "(area owner: {}), so sched_getcpu() took its vDSO path",
+                                getcpu_owner(g->json)),
+                    "-"});
   rows.push_back({"the same on aarch64 (no vDSO getcpu)", "130 ns -> 1 ns",
                   "not measured: this report runs on x86-64", "-"});
   if (!ours) rows.push_back({"getcpu cache", "44x / 14x", missing(runs, "getcpu"), "-"});
@@ -165,7 +185,10 @@ void context_switch_rows(const std::vector<suite_run>& runs, std::vector<row>& r
          fmt::format("{:.3f}x", on["mean_s"].get<double>() / off["mean_s"].get<double>())});
     return;
   }
-  rows.push_back({claim, "+0.4%", cs->json.value("verdict", "no hackbench runs"), "-"});
+  rows.push_back({claim, "+0.4%",
+                  "hackbench did not run (not installed); perf bench sched: " +
+                      cs->json.value("verdict", std::string("no verdict")),
+                  "-"});
 }
 
 void size_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
@@ -177,7 +200,9 @@ void size_rows(const std::vector<suite_run>& runs, std::vector<row>& rows) {
   }
   const auto& size = cs->json["size"];
   std::string here =
-      fmt::format("a {}-byte rseq area per thread", size["rseq_area_bytes"].get<int>());
+      size["rseq_area_bytes"].get<int>() > 0
+          ? fmt::format("a {}-byte rseq area per thread", size["rseq_area_bytes"].get<int>())
+          : std::string("no rseq area here (fallback mode)");
   for (const auto& [name, lib] : size["libraries"].items())
     if (name != "libpercpu_register" && lib.contains("tls_bytes_per_thread"))
       here += fmt::format("; {}.so: {} TLS bytes per thread, {:.0f} KiB of code", name,
@@ -235,12 +260,19 @@ std::string suite_sentence(const suite_run& run) {
     const auto glibc = median_ns(j, "glibc sched_getcpu()");
     const auto vdso = median_ns(j, "vDSO getcpu");
     const auto sys = median_ns(j, "getcpu system call");
+    // "5.0x less than X" when ours is faster, "1.6x the time of X" when it is not.
+    auto against = [&](double theirs, const char* what) {
+      return theirs >= *ours ? fmt::format("{} less than {}", times(theirs / *ours), what)
+                             : fmt::format("{} the time of {}", times(*ours / theirs), what);
+    };
     if (ours && glibc && vdso && sys)
       return fmt::format(
-          "Asking for the current CPU costs {} with `percpu::current_cpu()` (one load from the "
-          "rseq area), {:.1f}x less than glibc's `sched_getcpu()`, {:.0f}x less than the vDSO "
-          "and {:.0f}x less than the system call.",
-          ns(*ours), *glibc / *ours, *vdso / *ours, *sys / *ours);
+          "Asking for the current CPU costs {} with `percpu::current_cpu()` ({}): {}, {} and {}.",
+          ns(*ours),
+          getcpu_fallback(j) ? "fallback mode: no rseq area, so sched_getcpu() underneath"
+                             : "one load from the rseq area",
+          against(*glibc, "glibc's `sched_getcpu()`"), against(*vdso, "the vDSO"),
+          against(*sys, "the system call"));
   } else if (run.name == "counter" || run.name == "list") {
     const bool counter = run.name == "counter";
     const std::string ours = counter ? "percpu counter (cpu_id)" : "percpu freelist (cpu_id)";
