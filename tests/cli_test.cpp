@@ -75,6 +75,11 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_EQ(json_without_suite.status >> 8, 2) << json_without_suite.out;
   EXPECT_NE(json_without_suite.out.find("--json is for one suite"), std::string::npos);
   EXPECT_NE(run("bench --suites getcpu,nosuch").status, 0);
+  // --out and --suites belong to the report: with a suite named they would be ignored.
+  const auto out_with_suite = run("bench --quick --out /tmp/percpu-never --suites getcpu pool");
+  EXPECT_EQ(out_with_suite.status >> 8, 2) << out_with_suite.out;
+  EXPECT_NE(out_with_suite.out.find("are for the report"), std::string::npos);
+  EXPECT_EQ(run("bench --quick --out '' --suites getcpu").status >> 8, 2);
   const auto unwritable = run("bench --quick --suites getcpu --out /proc/percpu-report");
   EXPECT_NE(unwritable.status, 0);
   EXPECT_NE(unwritable.out.find("cannot write the report folder"), std::string::npos)
