@@ -227,13 +227,9 @@ int bench_context_switch(const bench_options& options) {
     return 1;
   }
   std::vector<scheduler_benchmark> benches;
-  std::vector<std::string> missing;
   for (auto& b : scheduler_benchmarks(options.quick)) {
     const std::string& path = b.program == "hackbench" ? hackbench : perf;
-    if (path.empty()) {
-      missing.push_back(b.name);
-      continue;
-    }
+    if (path.empty()) continue;
     b.program = path;
     benches.push_back(b);
   }

@@ -83,7 +83,7 @@ class progress {
         pending_ += c;
         continue;
       }
-      take_fragment(c == '\n', log);
+      take_fragment(log);
     }
   }
 
@@ -111,7 +111,7 @@ class progress {
     return std::chrono::duration<double>(now() - t).count();
   }
 
-  void take_fragment(bool newline, std::string& log) {
+  void take_fragment(std::string& log) {
     std::string text = std::move(pending_);
     pending_.clear();
     while (!text.empty() && text.back() == ' ') text.pop_back();
@@ -126,7 +126,6 @@ class progress {
     log += text + "\n";
     if (tty_) std::cerr << "\r\033[K";
     std::cerr << "  " << name_ << ": " << text << "\n";
-    (void)newline;
     render(true);
   }
 
