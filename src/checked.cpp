@@ -1,6 +1,7 @@
 // The membership table of checked builds: an open-addressing hash set of item addresses in
 // mmap-backed memory, so that it works inside signal handlers (no malloc, no mutex).
 #include "percpu/checked.h"
+#include "percpu/config.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -31,7 +32,7 @@ class table_lock {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &saved_);
-    while (g_locked.exchange(true, std::memory_order_acquire)) __builtin_ia32_pause();
+    while (g_locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
   }
   ~table_lock() {
     g_locked.store(false, std::memory_order_release);
@@ -44,7 +45,7 @@ class table_lock {
 
 // fork(): the child must not inherit the table locked by a thread that does not exist there.
 void lock_for_fork() {
-  while (g_locked.exchange(true, std::memory_order_acquire)) __builtin_ia32_pause();
+  while (g_locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
 }
 void unlock_after_fork() {
   g_locked.store(false, std::memory_order_release);

@@ -1,5 +1,6 @@
 // Fallback mode's per-CPU operations (see include/percpu/fallback.h for the rules).
 #include "percpu/fallback.h"
+#include "percpu/config.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -33,7 +34,7 @@ class stripe_guard {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &saved_);
     while (stripe_.locked.exchange(true, std::memory_order_acquire)) {
-      while (stripe_.locked.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+      while (stripe_.locked.load(std::memory_order_relaxed)) PERCPU_CPU_RELAX();
     }
   }
   ~stripe_guard() {
@@ -62,7 +63,7 @@ bool commit(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv) {
 
 void fallback_locks_before_fork() noexcept {
   for (auto& st : g_stripes) {
-    while (st.locked.exchange(true, std::memory_order_acquire)) __builtin_ia32_pause();
+    while (st.locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
   }
 }
 

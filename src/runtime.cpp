@@ -17,8 +17,8 @@
 #include <mutex>
 #include <vector>
 
-#include "percpu/arch/x86_64/area.h"
-#include "percpu/arch/x86_64/pair.h"
+#include "percpu/arch/area.h"
+#include "percpu/arch/pair.h"
 #include "percpu/fallback.h"
 #include "percpu/membarrier.h"
 #include "percpu/topology.h"

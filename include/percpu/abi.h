@@ -12,13 +12,23 @@
 
 namespace percpu::abi {
 
-/// Signature the kernel checks in the 4 bytes before every abort handler. On x86-64 it is the
-/// displacement of a `ud1 0x53053053(%rip), %edi` (0f b9 3d + imm32), so falling into an abort
-/// handler traps. Must equal the signature the rseq area was registered with (glibc uses this one).
+/// Signature the kernel checks in the 4 bytes before every abort handler. Must equal the
+/// signature the rseq area was registered with (glibc uses these, RSEQ_SIG):
+/// - x86-64: the displacement of a `ud1 0x53053053(%rip), %edi` (0f b9 3d + imm32);
+/// - aarch64: 0xd428bc00, the encoding of `brk #0x45e0`;
+/// either way, execution that falls into an abort handler traps.
+#if defined(__aarch64__)
+inline constexpr std::uint32_t kSignature = 0xd428bc00;
+#else
 inline constexpr std::uint32_t kSignature = 0x53053053;
+#endif
 
-/// x86-64 system call number of rseq(2).
+/// System call number of rseq(2): 334 on x86-64, 293 on aarch64 (the generic table).
+#if defined(__aarch64__)
+inline constexpr long kSysRseq = 293;
+#else
 inline constexpr long kSysRseq = 334;
+#endif
 
 /// rseq(2) flag: unregister the area.
 inline constexpr int kFlagUnregister = 1;

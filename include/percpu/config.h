@@ -10,6 +10,14 @@
 #define PERCPU_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PERCPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#if !defined(__x86_64__)
-#error "percpu supports x86-64 only for now (aarch64 is planned)"
+/// The spin-wait hint inside a busy loop (x86-64 `pause`, aarch64 `yield`): lets a sibling
+/// hardware thread run and saves power while a lock holder finishes.
+#if defined(__x86_64__)
+#define PERCPU_CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define PERCPU_CPU_RELAX() asm volatile("yield" ::: "memory")
+#endif
+
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "percpu supports x86-64 and aarch64"
 #endif

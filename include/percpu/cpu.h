@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "percpu/arch/x86_64/area.h"
-#include "percpu/arch/x86_64/pair.h"
+#include "percpu/arch/area.h"
+#include "percpu/arch/pair.h"
 #include "percpu/runtime.h"
 
 namespace percpu {

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "percpu/arch/x86_64/ops.h"
+#include "percpu/arch/ops.h"
 #include "percpu/cpu.h"
 #include "percpu/fallback.h"
 #include "percpu/runtime.h"

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "percpu/config.h"
 #include "percpu/ops.h"
 #include "percpu/slot_array.h"
 
@@ -41,7 +42,7 @@ class spinlock {
       const int index = try_lock();
       if (index >= 0) return index;
       if (spins < 64) {
-        __builtin_ia32_pause();
+        PERCPU_CPU_RELAX();
       } else {
         sched_yield();
       }

@@ -1,13 +1,16 @@
-// `percpu bench getcpu`: the cost of asking "which CPU am I on?", every way Linux x86-64 offers,
+// `percpu bench getcpu`: the cost of asking "which CPU am I on?", every way Linux offers (on
+// x86-64 also LSL, RDTSCP and RDPID; arm64 has no vDSO getcpu),
 // measured side by side in one run (medians of repetitions), with each one's speedup over the
 // getcpu system call and over the vDSO (the comparison the getcpu-cache proposal makes).
-#include <cpuid.h>
 #include <dlfcn.h>
 #include <fmt/core.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
 #include <x86intrin.h>
+#endif
 
 #include <percpu/percpu.h>
 #include <algorithm>
@@ -28,6 +31,7 @@ vdso_getcpu_fn find_vdso_getcpu() {
   return reinterpret_cast<vdso_getcpu_fn>(dlsym(vdso, "__vdso_getcpu"));
 }
 
+#if defined(__x86_64__)
 bool cpu_has_rdpid() {
   unsigned a, b, c, d;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 22));
@@ -56,6 +60,8 @@ int cpu_from_rdpid() {
   asm volatile("rdpid %0" : "=r"(aux));
   return static_cast<int>(aux & 0xfff);
 }
+#endif
+
 int cpu_from_syscall() {
   unsigned cpu;
   syscall(SYS_getcpu, &cpu, nullptr, nullptr);
@@ -111,11 +117,13 @@ std::vector<method> methods(bool rseq_area) {
                  }});
   m.push_back({"getcpu system call", cpu_from_syscall,
                [](benchmark::State& s) { loop(s, cpu_from_syscall); }});
+#if defined(__x86_64__)  // instructions that read the CPU number Linux stores for them
   if (cpu_has_rdpid())
     m.push_back({"RDPID", cpu_from_rdpid, [](benchmark::State& s) { loop(s, cpu_from_rdpid); }});
   if (cpu_has_rdtscp())
     m.push_back({"RDTSCP", cpu_from_rdtscp, [](benchmark::State& s) { loop(s, cpu_from_rdtscp); }});
   m.push_back({"LSL", cpu_from_lsl, [](benchmark::State& s) { loop(s, cpu_from_lsl); }});
+#endif
   return m;
 }
 

@@ -23,8 +23,8 @@
 #include "percpu/abi.h"
 #include "percpu/malloc/size_classes.h"
 #include "percpu/runtime.h"
-#if defined(__x86_64__)
-#include "percpu/arch/x86_64/current_stack.h"
+#if defined(__x86_64__) || defined(__aarch64__)
+#include "percpu/arch/current_stack.h"
 #endif
 
 namespace percpu::malloc_impl {
@@ -82,7 +82,7 @@ extern std::intptr_t g_index_offset;
 /// this thread's area not registered yet, an empty or drained stack, repeated aborts); the caller
 /// then takes the slow path, which handles every one of those.
 __attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noexcept {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
   std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
   if (regions != nullptr) {
     std::intptr_t* first = regions + cache_layout::kOffsets[cls];
@@ -102,7 +102,7 @@ __attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noex
 /// The fast path of cache_push(): false whenever it cannot push (as cache_pop_fast(), or a
 /// full stack); the caller then takes the slow path.
 __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void* p) noexcept {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
   std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
   if (regions != nullptr) {
     std::intptr_t* first = regions + cache_layout::kOffsets[cls];

@@ -1,0 +1,250 @@
+// aarch64 per-CPU critical sections: the operations of ../x86_64/ops.h (same pseudocode, same
+// statuses, same disarming on every exit but an abort), in arm64 assembly.
+//
+// Memory order: aarch64 is weakly ordered. The commit of every store variant is a store-release
+// (stlr), so whatever the section or the caller wrote before it (a try-store, a copy, a node's
+// next pointer before a push) is visible to any thread that observes the commit; both
+// commit_order variants of the generic layer therefore share these bodies. `add` publishes
+// nothing and commits with a plain store; `pop` reads the node through the head it loaded
+// (an address dependency orders the two loads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/arch/aarch64/area.h"
+#include "percpu/arch/aarch64/sections.h"
+#include "percpu/runtime.h"
+#include "percpu/status.h"
+
+namespace percpu::arch {
+
+// Shared head: descriptor, early exit to `moved`, area address (x10), arming store, index check
+// and mode check. %[off] is the area's offset from the thread pointer.
+#define PERCPU_A64_SECTION_HEAD(more_exit_points) \
+  PERCPU_A64_DESCRIPTOR("3", "1", "2", "4")       \
+  PERCPU_A64_EXIT_POINT("1", "%l[moved]")         \
+  more_exit_points PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3")   \
+  "1:\n\t"                                                       \
+  "ldr w9, [x10, %[field]]\n\t"                                  \
+  "cmp w9, %w[index]\n\t"                                        \
+  "b.ne %l[moved]\n\t"                                           \
+  "ldr w9, %[mode]\n\t"                                          \
+  "cbnz w9, %l[moved]\n\t" PERCPU_A64_INJECT(1)
+
+#define PERCPU_A64_CMPFAIL_EXIT PERCPU_A64_EXIT_POINT("1", "%l[cmpfail]")
+
+// Commit label and abort handler (jumps to `aborted`).
+#define PERCPU_A64_SECTION_TAIL \
+  "2:\n\t" PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"                  \
+  ".popsection\n\t"
+
+#define PERCPU_A64_RETURN_STATUSES(off) \
+  clear_rseq_cs(off);                   \
+  return status::committed;             \
+  aborted:                              \
+  return status::aborted;               \
+  moved:                                \
+  clear_rseq_cs(off);                   \
+  return status::index_changed;
+
+#define PERCPU_A64_HEAD_OPERANDS(off, index)              \
+  [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
+      [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
+
+#define PERCPU_A64_CLOBBERS "x9", "x10", "x11", "x12", "x13", "x14", "memory", "cc"
+
+/// add: *v += count (commit: the store of the sum).
+template <std::uint32_t Field>
+inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD("")
+           "ldr x11, %[v]\n\t"
+           "add x11, x11, %[count]\n\t"
+           PERCPU_A64_INJECT(3)
+           "str x11, %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [count] "r"(count)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved);
+  PERCPU_A64_RETURN_STATUSES(off)
+}
+
+/// compare-and-store: if (*v == expect) *v = newv.
+template <std::uint32_t Field>
+inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                            std::intptr_t newv, int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr %[newv], %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [newv] "r"(newv)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
+template <std::uint32_t Field>
+inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                    std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
+                                    int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "ldr x11, %[v2]\n\t"
+           "cmp x11, %[expect2]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr %[newv], %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [v2] "Q"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) } (commit: the store of
+/// the next pointer; *out is written after the section).
+template <std::uint32_t Field>
+inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
+                  std::intptr_t* out, int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.eq %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "ldr x12, [x11, %[offset]]\n\t"
+           PERCPU_A64_INJECT(3)
+           "str x12, %[v]\n\t"
+           "2:\n\t"
+           "str x11, %[out]\n\t"
+           PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"
+           ".popsection\n\t"
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [offset] "r"(offset), [out] "Q"(*out)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
+template <std::uint32_t Field>
+inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                          std::intptr_t* v2, std::intptr_t expect2, std::ptrdiff_t offset,
+                          std::intptr_t* out, int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v2]\n\t"
+           "cmp x11, %[expect2]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.eq %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "ldr x12, [x11, %[offset]]\n\t"
+           PERCPU_A64_INJECT(3)
+           "str x12, %[v]\n\t"
+           "2:\n\t"
+           "str x11, %[out]\n\t"
+           PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"
+           ".popsection\n\t"
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [v2] "Q"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "Q"(*out)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
+/// commit publishes the try-store).
+template <std::uint32_t Field>
+inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                  std::intptr_t* v2, std::intptr_t newv2, std::intptr_t newv,
+                                  int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "str %[newv2], %[v2]\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr %[newv], %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [v2] "Q"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+/// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. Copies 8 bytes
+/// at a time, then the remaining 0-7 one at a time; the store-release commit publishes the copy.
+template <std::uint32_t Field>
+inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                   void* dst, const void* src, std::size_t len, std::intptr_t newv,
+                                   int index) noexcept {
+  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v]\n\t"
+           "cmp x11, %[expect]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "mov x11, %[src]\n\t"
+           "mov x12, %[dst]\n\t"
+           "lsr x13, %[len], 3\n\t"
+           "cbz x13, 6f\n\t"
+           "5:\n\t"
+           "ldr x14, [x11], 8\n\t"
+           "str x14, [x12], 8\n\t"
+           "subs x13, x13, 1\n\t"
+           "b.ne 5b\n\t"
+           "6:\n\t"
+           "and x13, %[len], 7\n\t"
+           "cbz x13, 8f\n\t"
+           "7:\n\t"
+           "ldrb w14, [x11], 1\n\t"
+           "strb w14, [x12], 1\n\t"
+           "subs x13, x13, 1\n\t"
+           "b.ne 7b\n\t"
+           "8:\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr %[newv], %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [expect] "r"(expect),
+             [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_A64_RETURN_STATUSES(off)
+cmpfail:
+  clear_rseq_cs(off);
+  return status::compare_failed;
+}
+
+}  // namespace percpu::arch

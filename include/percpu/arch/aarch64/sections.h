@@ -1,0 +1,80 @@
+// Assembler building blocks for aarch64 rseq critical sections (ABI: Linux
+// include/uapi/linux/rseq.h; the arm64 conventions follow the kernel's rseq selftests,
+// tools/testing/selftests/rseq/rseq-arm64.h).
+//
+// Every section has, as on x86-64 (see ../x86_64/sections.h for the shared rules: the "?" COMDAT
+// flag, numeric local labels, the tables):
+//  - a 32-byte aligned `rseq_cs` descriptor {version 0, flags 0, start_ip, post_commit_offset,
+//    abort_ip} in __rseq_cs, listed in __rseq_cs_ptr_array;
+//  - an arming store of the descriptor's address into the area's rseq_cs field;
+//  - the body from start_ip, ending with the single commit store;
+//  - an abort handler in __rseq_failure, preceded by the signature 0xd428bc00, which is the
+//    encoding of `brk #0x45e0`: execution that falls into it traps;
+//  - each early exit listed in __rseq_exit_point_array.
+// aarch64 has no segment-relative addressing: each section first computes the area's address
+// (thread pointer TPIDR_EL0 + offset) into x10; x9 is the scratch register of the arming store,
+// the mode check and the delay injection. Both are clobbered by every section.
+#pragma once
+
+#define PERCPU_A64_STR_(x) #x
+#define PERCPU_A64_STR(x) PERCPU_A64_STR_(x)
+
+/// Descriptor `desc` for a section [start, end) aborting to `abort`.
+#define PERCPU_A64_DESCRIPTOR(desc, start, end, abort) \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"                \
+  ".balign 32\n\t" desc                                \
+  ":\n\t"                                              \
+  ".long 0x0, 0x0\n\t"                                 \
+  ".quad " start "f, (" end "f - " start "f), " abort  \
+  "f\n\t"                                              \
+  ".popsection\n\t"                                    \
+  ".pushsection __rseq_cs_ptr_array, \"aw?\"\n\t"      \
+  ".quad " desc                                        \
+  "b\n\t"                                              \
+  ".popsection\n\t"
+
+/// Records an early exit from the section starting at `start` (a forward label) to `exit`.
+#define PERCPU_A64_EXIT_POINT(start, exit)            \
+  ".pushsection __rseq_exit_point_array, \"aw?\"\n\t" \
+  ".quad " start "f, " exit                           \
+  "\n\t"                                              \
+  ".popsection\n\t"
+
+/// x10 = the calling thread's rseq area (thread pointer + %[off]).
+#define PERCPU_A64_AREA    \
+  "mrs x10, tpidr_el0\n\t" \
+  "add x10, x10, %[off]\n\t"
+
+/// Arms the section: area->rseq_cs = &desc (x10 holds the area). Clobbers x9.
+#define PERCPU_A64_ARM_SECTION(desc) \
+  "adrp x9, " desc                   \
+  "b\n\t"                            \
+  "add x9, x9, :lo12:" desc          \
+  "b\n\t"                            \
+  "str x9, [x10, 8]\n\t"
+
+/// Opens the abort handler `abort` in __rseq_failure, after the signature. The caller writes the
+/// handler's body and closes it with ".popsection".
+#define PERCPU_A64_ABORT_HANDLER(abort)      \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".inst " PERCPU_A64_STR(0xd428bc00) "\n\t" abort ":\n\t"
+
+/// Delay injection point `n` (1-3) for stress testing, as on x86-64: in builds with
+/// PERCPU_INJECT_DELAYS, spins detail::g_inject_loops[n] iterations here. Clobbers w9.
+#ifdef PERCPU_INJECT_DELAYS
+#define PERCPU_A64_INJECT(n)  \
+  "ldr w9, [%[inject], 4*" #n \
+  "]\n\t"                     \
+  "cbz w9, 8" #n              \
+  "f\n\t"                     \
+  "9" #n                      \
+  ":\n\t"                     \
+  "subs w9, w9, 1\n\t"        \
+  "b.ne 9" #n                 \
+  "b\n\t"                     \
+  "8" #n ":\n\t"
+#define PERCPU_A64_INJECT_OPERAND , [inject] "r"(::percpu::detail::g_inject_loops)
+#else
+#define PERCPU_A64_INJECT(n) ""
+#define PERCPU_A64_INJECT_OPERAND
+#endif
