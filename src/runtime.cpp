@@ -368,7 +368,10 @@ int current_cpu_slow() noexcept {
 
 int current_node_slow() noexcept {
   initialize();
-  if (g_hot.node_usable && ensure_registered())
+  // Register first, whatever the kernel fills: every getcpu-cache call leaves the thread
+  // registered, also where node_id is not usable (kernels before 6.3) and getcpu() answers.
+  const bool registered = ensure_registered();
+  if (g_hot.node_usable && registered)
     return arch::load_area_i32<abi::kOffNodeId>(g_hot.rseq_offset);
   unsigned cpu = 0, node = 0;
   if (getcpu(&cpu, &node) != 0) return 0;
@@ -377,7 +380,8 @@ int current_node_slow() noexcept {
 
 void current_cpu_node_slow(int& cpu, int& node) noexcept {
   initialize();
-  if (g_hot.node_usable && ensure_registered()) {
+  const bool registered = ensure_registered();  // as in current_node_slow()
+  if (g_hot.node_usable && registered) {
     std::int32_t c, n;
     if (arch::read_cpu_node_pair(g_hot.rseq_offset, c, n)) {
       cpu = c;

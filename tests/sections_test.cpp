@@ -1,7 +1,7 @@
 // Every critical section this program contains keeps the rseq ABI: its descriptor (found through
 // __rseq_cs_ptr_array, as a debugger would) is 32-byte aligned, version 0, flags 0, a non-empty
-// section before its abort handler, the signature in the 4 bytes before the abort IP (as the
-// operand of a ud1), and each early exit listed in __rseq_exit_point_array starts a section.
+// section before its abort handler, the signature in the 4 bytes before the abort IP (on x86-64
+// as the operand of a ud1), and each early exit listed in __rseq_exit_point_array starts a section.
 #include <gtest/gtest.h>
 
 #include <percpu/percpu.h>
@@ -54,8 +54,10 @@ TEST(Sections, DescriptorsKeepTheAbi) {
     std::uint32_t sig;
     std::memcpy(&sig, abort_ip - 4, 4);
     EXPECT_EQ(sig, percpu::abi::kSignature) << "descriptor " << i;
+#if defined(__x86_64__)
     const unsigned char ud1[3] = {0x0f, 0xb9, 0x3d};
     EXPECT_EQ(std::memcmp(abort_ip - 7, ud1, 3), 0) << "signature is not a ud1 operand";
+#endif  // on aarch64 the signature is itself an instruction (brk #0x45e0)
     starts.insert(d->start_ip);
   }
   ASSERT_NE(__start___rseq_exit_point_array, nullptr);

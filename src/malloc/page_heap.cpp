@@ -75,6 +75,7 @@ void page_heap_t::unlock() noexcept {
 
 void page_heap_t::set_pagemap(std::uintptr_t page, span* s) {
   const std::uintptr_t root = page >> kLeafBits;
+  if (root >= pagemap::kRootEntries) return;  // above the pagemap: callers see span_of() fail
   std::atomic<span*>* leaf = g_root[root].load(std::memory_order_relaxed);
   if (leaf == nullptr) {
     void* m = mmap(nullptr, kLeafEntries * sizeof(std::atomic<span*>), PROT_READ | PROT_WRITE,

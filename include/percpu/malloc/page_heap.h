@@ -102,11 +102,23 @@ class page_heap_t {
 
 namespace pagemap {
 
+/// Bits of a user address: 47 on x86-64 (4-level paging; 5-level hands out higher addresses
+/// only to mmap hints above them), 48 on aarch64 (Linux's default VA_BITS; its mmap starts just
+/// below 2^48). A mapping above them cannot be recorded: the page heap then unmaps it and fails
+/// the allocation (ENOMEM) rather than write outside the root.
+#if defined(__aarch64__)
+inline constexpr unsigned kUserAddressBits = 48;
+#else
+inline constexpr unsigned kUserAddressBits = 47;
+#endif
+
 // Page numbers of 47-bit user addresses have 34 bits: the root has 2^17 leaves of 2^17 entries
-// (a leaf covers 1 GiB of address space and costs 1 MiB, mapped when first needed).
+// (a leaf covers 1 GiB of address space and costs 1 MiB, mapped when first needed); 48-bit
+// addresses need 2^18 leaves.
 inline constexpr unsigned kLeafBits = 17;
 inline constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
-inline constexpr std::size_t kRootEntries = std::size_t{1} << (47 - kPageShift - kLeafBits);
+inline constexpr std::size_t kRootEntries = std::size_t{1}
+                                            << (kUserAddressBits - kPageShift - kLeafBits);
 /// The root: leaves are published with release stores and never unmapped.
 extern std::atomic<std::atomic<span*>*> g_root[kRootEntries];
 
