@@ -8,15 +8,10 @@
 #include <cstdint>
 
 #include "percpu/arch/aarch64/sections.h"
+#include "percpu/arch/current_stack_result.h"
 #include "percpu/runtime.h"
 
 namespace percpu::arch {
-
-/// Counts above this are not counts but a closed stack (kCountClosed).
-inline constexpr std::uint32_t kMaxStackCount = 0xFFFFF;
-
-/// What a current-index stack section did.
-enum class stack_result { done, slow, aborted };
 
 // Head of both sections: descriptor, area (x10), arming store, the mode check, the registration
 // check (cpu_id negative), r = first + index * RegionBytes into x11 and its count into x12.

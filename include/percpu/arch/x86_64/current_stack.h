@@ -15,17 +15,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "percpu/arch/current_stack_result.h"
 #include "percpu/arch/x86_64/sections.h"
 #include "percpu/runtime.h"
 
 namespace percpu::arch {
-
-/// Counts above this are not counts but a closed stack (kCountClosed): the sections leave them
-/// to the generic operations, which wait for the drain.
-inline constexpr std::uint32_t kMaxStackCount = 0xFFFFF;
-
-/// What a current-index stack section did.
-enum class stack_result { done, slow, aborted };
 
 // Head of both sections: descriptor, arming store, the mode check (a switch to fallback mode
 // fences sections that began before it), the registration check (cpu_id is negative while this
