@@ -15,9 +15,9 @@ namespace percpu::arch {
 
 // Head of both sections: descriptor, area (x10), arming store, the mode check, the registration
 // check (cpu_id negative), r = first + index * RegionBytes into x11 and its count into x12.
-#define PERCPU_A64_CURRENT_STACK_HEAD       \
-  PERCPU_A64_DESCRIPTOR("3", "1", "2", "4") \
-  PERCPU_A64_EXIT_POINT("1", "%l[slow]")    \
+#define PERCPU_A64_CURRENT_STACK_HEAD        \
+  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
+  PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
   PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3")  \
   "1:\n\t" PERCPU_A64_INJECT(1)                \
   "ldr w9, %[mode]\n\t"                        \

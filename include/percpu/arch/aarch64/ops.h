@@ -22,8 +22,8 @@ namespace percpu::arch {
 // Shared head: descriptor, early exit to `moved`, area address (x10), arming store, index check
 // and mode check. %[off] is the area's offset from the thread pointer.
 #define PERCPU_A64_SECTION_HEAD(more_exit_points) \
-  PERCPU_A64_DESCRIPTOR("3", "1", "2", "4")       \
-  PERCPU_A64_EXIT_POINT("1", "%l[moved]")         \
+  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
+  PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \
   more_exit_points PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3")   \
   "1:\n\t"                                                       \
   "ldr w9, [x10, %[field]]\n\t"                                  \
@@ -32,21 +32,12 @@ namespace percpu::arch {
   "ldr w9, %[mode]\n\t"                                          \
   "cbnz w9, %l[moved]\n\t" PERCPU_A64_INJECT(1)
 
-#define PERCPU_A64_CMPFAIL_EXIT PERCPU_A64_EXIT_POINT("1", "%l[cmpfail]")
+#define PERCPU_A64_CMPFAIL_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[cmpfail]")
 
 // Commit label and abort handler (jumps to `aborted`).
 #define PERCPU_A64_SECTION_TAIL \
   "2:\n\t" PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"                  \
   ".popsection\n\t"
-
-#define PERCPU_A64_RETURN_STATUSES(off) \
-  clear_rseq_cs(off);                   \
-  return status::committed;             \
-  aborted:                              \
-  return status::aborted;               \
-  moved:                                \
-  clear_rseq_cs(off);                   \
-  return status::index_changed;
 
 #define PERCPU_A64_HEAD_OPERANDS(off, index)              \
   [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
@@ -67,7 +58,7 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
            : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [count] "r"(count)
            : PERCPU_A64_CLOBBERS
            : aborted, moved);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
@@ -86,7 +77,7 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
              [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -113,7 +104,7 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
              [v2] "Q"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -141,7 +132,7 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
              [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -172,7 +163,7 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
              [v2] "Q"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -198,7 +189,7 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
              [v2] "Q"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -241,7 +232,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_A64_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;

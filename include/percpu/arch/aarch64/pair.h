@@ -16,7 +16,7 @@ inline bool read_cpu_node_pair(std::intptr_t rseq_offset, std::int32_t& cpu, std
                                std::uint32_t budget = 64) noexcept {
   std::int32_t c, n;
   asm volatile(
-      PERCPU_A64_DESCRIPTOR("3", "1", "2", "4")
+      PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")
       PERCPU_A64_AREA
       "5:\n\t"
       PERCPU_A64_ARM_SECTION("3")

@@ -16,29 +16,10 @@
 // the mode check and the delay injection. Both are clobbered by every section.
 #pragma once
 
+#include "percpu/arch/rseq_tables.h"
+
 #define PERCPU_A64_STR_(x) #x
 #define PERCPU_A64_STR(x) PERCPU_A64_STR_(x)
-
-/// Descriptor `desc` for a section [start, end) aborting to `abort`.
-#define PERCPU_A64_DESCRIPTOR(desc, start, end, abort) \
-  ".pushsection __rseq_cs, \"aw?\"\n\t"                \
-  ".balign 32\n\t" desc                                \
-  ":\n\t"                                              \
-  ".long 0x0, 0x0\n\t"                                 \
-  ".quad " start "f, (" end "f - " start "f), " abort  \
-  "f\n\t"                                              \
-  ".popsection\n\t"                                    \
-  ".pushsection __rseq_cs_ptr_array, \"aw?\"\n\t"      \
-  ".quad " desc                                        \
-  "b\n\t"                                              \
-  ".popsection\n\t"
-
-/// Records an early exit from the section starting at `start` (a forward label) to `exit`.
-#define PERCPU_A64_EXIT_POINT(start, exit)            \
-  ".pushsection __rseq_exit_point_array, \"aw?\"\n\t" \
-  ".quad " start "f, " exit                           \
-  "\n\t"                                              \
-  ".popsection\n\t"
 
 /// x10 = the calling thread's rseq area (thread pointer + %[off]).
 #define PERCPU_A64_AREA    \

@@ -27,10 +27,10 @@ namespace percpu::arch {
 // kernel leaves mm_cid at 0 and would no longer abort the section; the generic operations
 // handle both), r = first + index * RegionBytes into %rcx and its count into %rdx. (%rax is
 // the arming store's and the delay injection's scratch register.)
-#define PERCPU_X86_CURRENT_STACK_HEAD       \
-  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4") \
-  PERCPU_X86_EXIT_POINT("1", "%l[slow]")    \
-  PERCPU_X86_ARM_SECTION("3", "%[off]")     \
+#define PERCPU_X86_CURRENT_STACK_HEAD        \
+  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
+  PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
+  PERCPU_X86_ARM_SECTION("3", "%[off]")      \
   "1:\n\t" PERCPU_X86_INJECT(1)                                                 \
   "cmpl $0, %[mode]\n\t"                                                         \
   "jnz %l[slow]\n\t"                                                             \

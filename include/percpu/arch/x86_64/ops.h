@@ -29,8 +29,8 @@ namespace percpu::arch {
 // mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the
 // thread pointer.
 #define PERCPU_X86_SECTION_HEAD(more_exit_points) \
-  PERCPU_X86_DESCRIPTOR("3", "1", "2", "4")       \
-  PERCPU_X86_EXIT_POINT("1", "%l[moved]")         \
+  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
+  PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \
   more_exit_points PERCPU_X86_ARM_SECTION("3", "%[off]")                      \
   "1:\n\t"                                                                    \
   "cmpl %[index], %%fs:%c[field](%[off])\n\t"                                 \
@@ -38,24 +38,12 @@ namespace percpu::arch {
   "cmpl $0, %[mode]\n\t"                                                      \
   "jnz %l[moved]\n\t" PERCPU_X86_INJECT(1)
 
-#define PERCPU_X86_CMPFAIL_EXIT PERCPU_X86_EXIT_POINT("1", "%l[cmpfail]")
+#define PERCPU_X86_CMPFAIL_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[cmpfail]")
 
 // Commit label and abort handler (jumps to `aborted`).
 #define PERCPU_X86_SECTION_TAIL \
   "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
   ".popsection\n\t"
-
-// What every section returns after its asm goto: committed when control falls through, aborted
-// from the abort handler (the kernel already cleared rseq_cs), index_changed from the early exit.
-// Sections with a compare add a `cmpfail:` label after it. Every exit but the abort disarms.
-#define PERCPU_X86_RETURN_STATUSES(off) \
-  clear_rseq_cs(off);                   \
-  return status::committed;             \
-  aborted:                              \
-  return status::aborted;               \
-  moved:                                \
-  clear_rseq_cs(off);                   \
-  return status::index_changed;
 
 #define PERCPU_X86_HEAD_OPERANDS(off, index)              \
   [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
@@ -73,7 +61,7 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
            : "rax", "memory", "cc"
            : aborted, moved);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
@@ -95,7 +83,7 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
              [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -122,7 +110,7 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
              [v2] "m"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -156,7 +144,7 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
              [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -196,7 +184,7 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
              [v2] "m"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "m"(*out)
            : "rax", "rbx", "rcx", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -226,7 +214,7 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
              [v2] "m"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;
@@ -279,7 +267,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : "rax", "rcx", "rsi", "rdi", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_X86_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES(off)
 cmpfail:
   clear_rseq_cs(off);
   return status::compare_failed;

@@ -18,29 +18,10 @@
 // inlined copies without clashes.
 #pragma once
 
+#include "percpu/arch/rseq_tables.h"
+
 #define PERCPU_X86_STR_(x) #x
 #define PERCPU_X86_STR(x) PERCPU_X86_STR_(x)
-
-/// Descriptor `desc` for a section [start, end) aborting to `abort`.
-#define PERCPU_X86_DESCRIPTOR(desc, start, end, abort) \
-  ".pushsection __rseq_cs, \"aw?\"\n\t"                \
-  ".balign 32\n\t" desc                                \
-  ":\n\t"                                              \
-  ".long 0x0, 0x0\n\t"                                 \
-  ".quad " start "f, (" end "f - " start "f), " abort  \
-  "f\n\t"                                              \
-  ".popsection\n\t"                                    \
-  ".pushsection __rseq_cs_ptr_array, \"aw?\"\n\t"      \
-  ".quad " desc                                        \
-  "b\n\t"                                              \
-  ".popsection\n\t"
-
-/// Records an early exit from the section starting at `start` (a forward label) to `exit`.
-#define PERCPU_X86_EXIT_POINT(start, exit)            \
-  ".pushsection __rseq_exit_point_array, \"aw?\"\n\t" \
-  ".quad " start "f, " exit                           \
-  "\n\t"                                              \
-  ".popsection\n\t"
 
 /// Arms the section: area->rseq_cs = &desc. Clobbers %rax.
 #define PERCPU_X86_ARM_SECTION(desc, off) \

@@ -1,0 +1,42 @@
+// What every architecture's critical sections share: the `rseq_cs` descriptor and the tables
+// that list sections and early exits (plain assembler data, the same on x86-64 and aarch64),
+// and the statuses a section returns after its asm goto. The instructions are in each
+// architecture's sections.h (see x86_64/sections.h for the rules: "?" COMDAT flag, numeric
+// local labels passed as strings).
+#pragma once
+
+/// Descriptor `desc` for a section [start, end) aborting to `abort` (Linux
+/// include/uapi/linux/rseq.h: version 0, flags 0, start_ip, post_commit_offset, abort_ip),
+/// 32-byte aligned in __rseq_cs and listed in __rseq_cs_ptr_array.
+#define PERCPU_RSEQ_DESCRIPTOR(desc, start, end, abort) \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"                 \
+  ".balign 32\n\t" desc                                 \
+  ":\n\t"                                               \
+  ".long 0x0, 0x0\n\t"                                  \
+  ".quad " start "f, (" end "f - " start "f), " abort   \
+  "f\n\t"                                               \
+  ".popsection\n\t"                                     \
+  ".pushsection __rseq_cs_ptr_array, \"aw?\"\n\t"       \
+  ".quad " desc                                         \
+  "b\n\t"                                               \
+  ".popsection\n\t"
+
+/// Records an early exit from the section starting at `start` (a forward label) to `exit`.
+#define PERCPU_RSEQ_EXIT_POINT(start, exit)           \
+  ".pushsection __rseq_exit_point_array, \"aw?\"\n\t" \
+  ".quad " start "f, " exit                           \
+  "\n\t"                                              \
+  ".popsection\n\t"
+
+/// What every section returns after its asm goto: committed when control falls through,
+/// aborted from the abort handler (the kernel already cleared rseq_cs), index_changed from the
+/// early exit. Sections with a compare add a `cmpfail:` label after it. Every exit but the
+/// abort disarms (clear_rseq_cs).
+#define PERCPU_RETURN_STATUSES(off) \
+  clear_rseq_cs(off);               \
+  return status::committed;         \
+  aborted:                          \
+  return status::aborted;           \
+  moved:                            \
+  clear_rseq_cs(off);               \
+  return status::index_changed;
