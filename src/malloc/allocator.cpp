@@ -4,6 +4,7 @@
 #include "percpu/malloc/allocator.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -71,25 +72,53 @@ inline bool held_by_user(const span& s, std::ptrdiff_t index, std::uint64_t word
 // thread: kept here (an object the allocator still counts as live and tagged as cached) until
 // this thread's next slow path, which completes them. Beyond kDeferred the object is leaked and
 // counted (statistics), never corrupted.
+//
+// Signal safety: only handlers add (a handler runs to its end before the code it interrupted
+// resumes, but a handler for another signal may interrupt it), and the thread's own slow paths
+// take entries off. A plain `count++` or `--count` is a load, an add and a store on arm64 (one
+// instruction on x86-64): a handler running between the load and the store would have its
+// entry overwritten or taken twice. So an entry is added by a compare-and-swap of the count
+// (atomic with respect to handlers on the same thread), and taken off with signals blocked.
 constexpr int kDeferred = 64;
 __attribute__((tls_model("initial-exec"))) thread_local void* t_deferred[kDeferred];
 __attribute__((tls_model("initial-exec"))) thread_local int t_deferred_count = 0;
 
 void defer_free(void* p) noexcept {
-  if (t_deferred_count < kDeferred) {
-    t_deferred[t_deferred_count++] = p;
-  } else {
-    count_leaked_free();
+  int n = __atomic_load_n(&t_deferred_count, __ATOMIC_RELAXED);
+  do {
+    if (n >= kDeferred) {
+      count_leaked_free();
+      return;
+    }
+    // A nested handler that adds at n first makes the swap below fail: this entry then moves up.
+    t_deferred[n] = p;
+  } while (!__atomic_compare_exchange_n(&t_deferred_count, &n, n + 1, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED));
+}
+
+// Takes the newest deferred free off this thread's list; nullptr when it is empty.
+void* take_deferred() noexcept {
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &saved);
+  void* p = nullptr;
+  const int n = __atomic_load_n(&t_deferred_count, __ATOMIC_RELAXED);
+  if (n > 0) {
+    p = t_deferred[n - 1];
+    __atomic_store_n(&t_deferred_count, n - 1, __ATOMIC_RELAXED);
   }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return p;
 }
 
 void finish_free(void* p) noexcept;
 
-// Completes the deferred frees (called at the start of the slow paths, outside any lock).
+// Completes the deferred frees (called at the start of the slow paths, outside any lock). Rare:
+// the list fills only while signal handlers free inside the allocator's locked regions.
 void free_deferred() noexcept {
-  while (PERCPU_UNLIKELY(t_deferred_count != 0)) {
-    // Taken off first: a signal arriving now defers onto the list again, never loses one.
-    void* p = t_deferred[--t_deferred_count];
+  while (PERCPU_UNLIKELY(__atomic_load_n(&t_deferred_count, __ATOMIC_RELAXED) != 0)) {
+    void* p = take_deferred();
+    if (p == nullptr) break;  // a handler completed them meanwhile
     finish_free(p);
   }
 }
