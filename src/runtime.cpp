@@ -118,21 +118,6 @@ std::string glibc_reason(bool symbols) {
   return "glibc did not register an area (its __rseq_size is 0: registration failed at start)";
 }
 
-void on_thread_exit(void*) {
-  detail::unregister_this_thread();
-  if (t_dense_id >= 0) {
-    std::lock_guard<std::mutex> lock(g_dense_mutex);
-    dense_used()[t_dense_id] = false;
-    t_dense_id = -1;
-  }
-}
-
-// Arms the exit hook for this thread. If the thread uses percpu again from a later destructor,
-// the hook is armed again and glibc runs it again (PTHREAD_DESTRUCTOR_ITERATIONS rounds).
-void arm_exit_hook() {
-  pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
-}
-
 // Blocks every signal on the calling thread for a scope.
 class signals_blocked {
  public:
@@ -148,6 +133,24 @@ class signals_blocked {
  private:
   sigset_t saved_;
 };
+
+void on_thread_exit(void*) {
+  detail::unregister_this_thread();
+  if (t_dense_id >= 0) {
+    // Signals blocked: a handler that used percpu in fallback mode between the reset and the
+    // unlock would find no id and wait for the mutex its own thread holds.
+    signals_blocked no_signals;
+    std::lock_guard<std::mutex> lock(g_dense_mutex);
+    dense_used()[t_dense_id] = false;
+    t_dense_id = -1;
+  }
+}
+
+// Arms the exit hook for this thread. If the thread uses percpu again from a later destructor,
+// the hook is armed again and glibc runs it again (PTHREAD_DESTRUCTOR_ITERATIONS rounds).
+void arm_exit_hook() {
+  pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
+}
 
 // Registers percpu's own area for the calling thread; returns 0 or an errno value. Signals are
 // blocked throughout: a handler that used percpu between our check and the system call would
@@ -266,16 +269,21 @@ int clamp_index(int value, int bound) {
 
 int dense_thread_id() {
   if (t_dense_id < 0) {
+    // Signals blocked, as in on_thread_exit(): a handler calling this before t_dense_id is set
+    // would wait for the mutex held below.
+    signals_blocked no_signals;
     std::lock_guard<std::mutex> lock(g_dense_mutex);
-    auto& used = dense_used();
-    auto it = std::find(used.begin(), used.end(), false);
-    t_dense_id = static_cast<int>(it - used.begin());
-    if (it == used.end()) {
-      used.push_back(true);
-    } else {
-      *it = true;
+    if (t_dense_id < 0) {  // a handler may have taken one between the check and the block
+      auto& used = dense_used();
+      auto it = std::find(used.begin(), used.end(), false);
+      t_dense_id = static_cast<int>(it - used.begin());
+      if (it == used.end()) {
+        used.push_back(true);
+      } else {
+        *it = true;
+      }
+      arm_exit_hook();
     }
-    arm_exit_hook();
   }
   return t_dense_id % machine_topology().mm_cid_bound;
 }

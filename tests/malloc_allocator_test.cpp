@@ -8,9 +8,12 @@
 #include <percpu/malloc/reentrancy.h>
 #include <percpu/malloc/size_classes.h>
 #include <percpu/malloc/stats.h>
+#include <percpu/remote.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +21,8 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "child.h"
 
 namespace {
 
@@ -236,6 +241,35 @@ TEST(MallocAllocator, InsideALockedRegionNothingWaitsForALock) {
     deallocate(p);
   });
   t.join();
+}
+
+// Regression: fork() takes the allocator's locks after every other percpu fork lock
+// (fork_order.h). A thread that allocates while it holds one of those (here the remote guard,
+// as pool drains do) used to wait for the allocator's locks, held by the forking thread, which
+// waited for the guard.
+TEST(MallocAllocator, ForkWaitsForAThreadAllocatingInsideARemoteSection) {
+  const int status = percpu::test::in_child(
+      [] {
+        std::atomic<bool> held{false};
+        std::thread holder([&] {
+          percpu::detail::remote_section section;
+          held = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the fork is under way
+          void* p = allocate(std::size_t{1} << 20);  // large: the page heap's lock
+          deallocate(p);
+        });
+        while (!held) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const pid_t pid = fork();
+        if (pid == 0) _exit(0);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        holder.join();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+      },
+      20);
+  EXPECT_EQ(status, 0) << "114: killed by the alarm, fork() and the allocating thread waited "
+                          "for each other";
 }
 
 TEST(MallocAllocator, AlignedZeroSizesAndZeroAlignmentsGiveUniquePointers) {

@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "percpu/fork_order.h"
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/free_tag.h"
@@ -77,38 +79,46 @@ inline bool held_by_user(const span& s, std::ptrdiff_t index, std::uint64_t word
 // resumes, but a handler for another signal may interrupt it), and the thread's own slow paths
 // take entries off. A plain `count++` or `--count` is a load, an add and a store on arm64 (one
 // instruction on x86-64): a handler running between the load and the store would have its
-// entry overwritten or taken twice. So an entry is added by a compare-and-swap of the count
-// (atomic with respect to handlers on the same thread), and taken off with signals blocked.
+// entry overwritten or taken twice. Both sides therefore work with signals blocked (two system
+// calls, on a path taken only when a handler frees inside a locked region).
 constexpr int kDeferred = 64;
 __attribute__((tls_model("initial-exec"))) thread_local void* t_deferred[kDeferred];
 __attribute__((tls_model("initial-exec"))) thread_local int t_deferred_count = 0;
 
+// Blocks every signal on the calling thread for a scope (async-signal-safe). The signal fences
+// keep the compiler from moving the list's accesses (thread-local, never escaping) out of it.
+class no_signals {
+ public:
+  no_signals() noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &saved_);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~no_signals() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  no_signals(const no_signals&) = delete;
+  no_signals& operator=(const no_signals&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
 void defer_free(void* p) noexcept {
-  int n = __atomic_load_n(&t_deferred_count, __ATOMIC_RELAXED);
-  do {
-    if (n >= kDeferred) {
-      count_leaked_free();
-      return;
-    }
-    // A nested handler that adds at n first makes the swap below fail: this entry then moves up.
-    t_deferred[n] = p;
-  } while (!__atomic_compare_exchange_n(&t_deferred_count, &n, n + 1, false, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_RELAXED));
+  no_signals guard;
+  if (t_deferred_count < kDeferred) {
+    t_deferred[t_deferred_count++] = p;
+  } else {
+    count_leaked_free();
+  }
 }
 
 // Takes the newest deferred free off this thread's list; nullptr when it is empty.
 void* take_deferred() noexcept {
-  sigset_t all, saved;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &saved);
-  void* p = nullptr;
-  const int n = __atomic_load_n(&t_deferred_count, __ATOMIC_RELAXED);
-  if (n > 0) {
-    p = t_deferred[n - 1];
-    __atomic_store_n(&t_deferred_count, n - 1, __ATOMIC_RELAXED);
-  }
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  return p;
+  no_signals guard;
+  return t_deferred_count > 0 ? t_deferred[--t_deferred_count] : nullptr;
 }
 
 void finish_free(void* p) noexcept;
@@ -225,8 +235,9 @@ span& span_or_die(const void* p, const char* fault) noexcept {
 
 // fork(): the central lists' locks and the page heap's lock are held across it (in that order,
 // the order the slow paths take them), so a child never inherits one held by a thread that does
-// not exist there. The per-CPU caches need nothing: a section interrupted by fork() never
-// committed.
+// not exist there. They are taken after every other fork handler's locks (fork_order.h): threads
+// call malloc while holding those. The per-CPU caches need nothing: a section interrupted by
+// fork() never committed.
 void lock_for_fork() noexcept {
   ++t_locks;  // a handler running on this thread during fork() must not wait for these
   central_lock_all();
@@ -273,7 +284,7 @@ __attribute__((always_inline)) inline void* allocate_in_class(std::size_t cls) n
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+  percpu::detail::set_allocator_fork_handlers(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 }  // namespace
