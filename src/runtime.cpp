@@ -169,18 +169,16 @@ void before_fork() {
   g_switch_mutex.lock();
   g_info_mutex.lock();
   g_dense_mutex.lock();
-  detail::fallback_locks_before_fork();
+  // Fallback mode's stripes are taken last of all, after the allocator's locks (fork_order.h).
 }
 
 void after_fork_in_parent() {
-  detail::fallback_locks_after_fork();
   g_dense_mutex.unlock();
   g_info_mutex.unlock();
   g_switch_mutex.unlock();
 }
 
 void after_fork_in_child() {
-  detail::fallback_locks_after_fork();
   // Only the forking thread exists in the child: every other dense id is free again.
   auto& used = dense_used();
   std::fill(used.begin(), used.end(), false);

@@ -1,22 +1,28 @@
-// The order of fork() handlers for an allocator built on percpu (percpu malloc).
+// The last stage of percpu's fork() handlers: an allocator built on percpu (percpu malloc), then
+// fallback mode's stripes.
 //
 // pthread_atfork() runs prepare handlers in the reverse order of their registration, and
 // handlers of a library initialized earlier are registered earlier: libpercpu's own (the remote
 // guard, the runtime's mutexes, pool locks) would run after those of an allocator that depends
 // on libpercpu. But threads call malloc while holding those locks (a pool drain, a switch to
 // fallback mode, a thread's first dense id): a fork() that took the allocator's locks first
-// would then wait for such a thread while it waits for the allocator. So the allocator's locks
-// must be taken last and released first, as glibc does for its own malloc.
+// would wait for such a thread while it waits for the allocator. So the allocator's locks are
+// taken after them and released first, as glibc does for its own malloc. Fallback mode's
+// stripes come after the allocator's locks: a signal handler that interrupts the allocator's
+// locked code may use a stripe (percpu malloc's caches in fallback mode) before the region
+// ends. Signals stay blocked on the forking thread from this stage's prepare until after fork,
+// so a handler there never waits for a lock its own thread took for the fork.
 #pragma once
 
 #include "percpu/config.h"
 
 namespace percpu::detail {
 
-/// Installs the allocator's fork handlers. libpercpu calls `prepare` after every fork handler
+/// Installs the allocator's fork handlers. libpercpu runs `prepare` after every fork handler
 /// registered with pthread_atfork() since libpercpu was loaded (from a handler it registers
-/// before any other of its own, in a constructor of priority 101), and `parent` or `child`
-/// before them. One allocator per process: a later call replaces the handlers. Call it from a
+/// before any other of its own, in a constructor of priority 101) and just before taking fallback
+/// mode's stripes; `parent` or `child` run just after the stripes are released, before the other
+/// handlers. One allocator per process: a later call replaces the handlers. Call it from a
 /// constructor, before any thread may fork.
 PERCPU_API void set_allocator_fork_handlers(void (*prepare)(), void (*parent)(),
                                             void (*child)()) noexcept;
