@@ -108,7 +108,8 @@ echo \"PERCPU-VM: command exit \$?\""
 cat > "$stage/init" <<INIT
 #!/bin/sh
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
+# No tmpfs on /tmp: the initramfs is writable already, and a build tree under /tmp (a clone
+# there) would be hidden by it.
 cd /tmp
 echo "PERCPU-VM: kernel \$(cat /proc/sys/kernel/osrelease), \$(grep -c ^processor /proc/cpuinfo) CPUs"
 $steps

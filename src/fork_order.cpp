@@ -12,34 +12,46 @@
 namespace percpu::detail {
 namespace {
 
-std::atomic<void (*)()> g_prepare{nullptr}, g_parent{nullptr}, g_child{nullptr};
+struct allocator_handlers {
+  void (*prepare)();
+  void (*parent)();
+  void (*child)();
+  std::atomic<bool> ready;  // set once the three pointers above are written
+};
+allocator_handlers g_allocators[kMaxForkAllocators];
+std::atomic<int> g_claimed{0};
+
+int installed() {
+  const int n = g_claimed.load(std::memory_order_acquire);
+  return n < kMaxForkAllocators ? n : kMaxForkAllocators;
+}
 
 // The forking thread's signal mask before the stage (restored in parent and child).
 __attribute__((tls_model("initial-exec"))) thread_local sigset_t t_saved_mask;
-
-void run(const std::atomic<void (*)()>& handler) {
-  if (auto* f = handler.load(std::memory_order_acquire)) f();
-}
 
 void prepare() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &t_saved_mask);
-  run(g_prepare);
+  for (int i = installed() - 1; i >= 0; --i)
+    if (g_allocators[i].ready.load(std::memory_order_acquire)) g_allocators[i].prepare();
   fallback_locks_before_fork();
 }
 
-void after(const std::atomic<void (*)()>& handler) {
+void after(bool child) {
   fallback_locks_after_fork();
-  run(handler);
+  for (int i = 0, n = installed(); i < n; ++i) {
+    const allocator_handlers& a = g_allocators[i];
+    if (a.ready.load(std::memory_order_acquire)) (child ? a.child : a.parent)();
+  }
   pthread_sigmask(SIG_SETMASK, &t_saved_mask, nullptr);
 }
 
 void parent() {
-  after(g_parent);
+  after(false);
 }
 void child() {
-  after(g_child);
+  after(true);
 }
 
 // Priority 101: before libpercpu's other constructors (which register their own handlers), so
@@ -50,11 +62,15 @@ __attribute__((constructor(101))) void register_last_stage() {
 
 }  // namespace
 
-void set_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),
+bool add_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),
                                  void (*child_handler)()) noexcept {
-  g_parent.store(parent_handler, std::memory_order_release);
-  g_child.store(child_handler, std::memory_order_release);
-  g_prepare.store(prepare_handler, std::memory_order_release);
+  const int i = g_claimed.fetch_add(1, std::memory_order_acq_rel);
+  if (i >= kMaxForkAllocators) return false;
+  g_allocators[i].prepare = prepare_handler;
+  g_allocators[i].parent = parent_handler;
+  g_allocators[i].child = child_handler;
+  g_allocators[i].ready.store(true, std::memory_order_release);
+  return true;
 }
 
 }  // namespace percpu::detail

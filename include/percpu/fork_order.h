@@ -18,13 +18,17 @@
 
 namespace percpu::detail {
 
-/// Installs the allocator's fork handlers. libpercpu runs `prepare` after every fork handler
-/// registered with pthread_atfork() since libpercpu was loaded (from a handler it registers
-/// before any other of its own, in a constructor of priority 101) and just before taking fallback
-/// mode's stripes; `parent` or `child` run just after the stripes are released, before the other
-/// handlers. One allocator per process: a later call replaces the handlers. Call it from a
-/// constructor, before any thread may fork.
-PERCPU_API void set_allocator_fork_handlers(void (*prepare)(), void (*parent)(),
+/// Adds an allocator's fork handlers. libpercpu runs every added `prepare` (the latest added
+/// first) after every fork handler registered with pthread_atfork() since libpercpu was loaded
+/// (from a handler it registers before any other of its own, in a constructor of priority 101)
+/// and just before taking fallback mode's stripes; the `parent` or `child` handlers run (the
+/// first added first) just after the stripes are released, before the other handlers. A process
+/// may hold more than one allocator (libpercpu_malloc.so preloaded into a program that links
+/// percpu malloc's internals too), each with its own locks. Returns false, adding nothing, when
+/// kMaxForkAllocators are installed already; the caller then registers with pthread_atfork()
+/// itself. Call it from a constructor, before any thread may fork.
+inline constexpr int kMaxForkAllocators = 8;
+PERCPU_API bool add_allocator_fork_handlers(void (*prepare)(), void (*parent)(),
                                             void (*child)()) noexcept;
 
 }  // namespace percpu::detail

@@ -284,7 +284,9 @@ __attribute__((always_inline)) inline void* allocate_in_class(std::size_t cls) n
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
-  percpu::detail::set_allocator_fork_handlers(lock_for_fork, unlock_after_fork, unlock_after_fork);
+  if (!percpu::detail::add_allocator_fork_handlers(lock_for_fork, unlock_after_fork,
+                                                   unlock_after_fork))
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 }  // namespace
