@@ -21,6 +21,7 @@
 #include "percpu/arch/pair.h"
 #include "percpu/fallback.h"
 #include "percpu/membarrier.h"
+#include "percpu/signals_blocked.h"
 #include "percpu/topology.h"
 
 // glibc 2.35+ exports these (sysdeps/unix/sysv/linux/rseq-internal.h). Weak, so that percpu
@@ -45,6 +46,7 @@ hot_state g_hot = {0, kUninitialized, 0, 0};
 namespace {
 
 using detail::g_hot;
+using detail::signals_blocked;
 
 // percpu's own area, used only when glibc did not register one. 64-byte aligned and 64 bytes
 // long: room for the feature sizes and alignments kernels report today. cpu_id starts at -1
@@ -117,22 +119,6 @@ std::string glibc_reason(bool symbols) {
     return "glibc's registration is disabled by GLIBC_TUNABLES=glibc.pthread.rseq=0";
   return "glibc did not register an area (its __rseq_size is 0: registration failed at start)";
 }
-
-// Blocks every signal on the calling thread for a scope.
-class signals_blocked {
- public:
-  signals_blocked() {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved_);
-  }
-  ~signals_blocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
-  signals_blocked(const signals_blocked&) = delete;
-  signals_blocked& operator=(const signals_blocked&) = delete;
-
- private:
-  sigset_t saved_;
-};
 
 void on_thread_exit(void*) {
   detail::unregister_this_thread();

@@ -20,6 +20,7 @@
 #include "percpu/malloc/page_heap.h"
 #include "percpu/malloc/reentrancy.h"
 #include "percpu/malloc/stats.h"
+#include "percpu/signals_blocked.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -85,29 +86,8 @@ constexpr int kDeferred = 64;
 __attribute__((tls_model("initial-exec"))) thread_local void* t_deferred[kDeferred];
 __attribute__((tls_model("initial-exec"))) thread_local int t_deferred_count = 0;
 
-// Blocks every signal on the calling thread for a scope (async-signal-safe). The signal fences
-// keep the compiler from moving the list's accesses (thread-local, never escaping) out of it.
-class no_signals {
- public:
-  no_signals() noexcept {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved_);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  }
-  ~no_signals() {
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  }
-  no_signals(const no_signals&) = delete;
-  no_signals& operator=(const no_signals&) = delete;
-
- private:
-  sigset_t saved_;
-};
-
 void defer_free(void* p) noexcept {
-  no_signals guard;
+  percpu::detail::signals_blocked guard;
   if (t_deferred_count < kDeferred) {
     t_deferred[t_deferred_count++] = p;
   } else {
@@ -117,7 +97,7 @@ void defer_free(void* p) noexcept {
 
 // Takes the newest deferred free off this thread's list; nullptr when it is empty.
 void* take_deferred() noexcept {
-  no_signals guard;
+  percpu::detail::signals_blocked guard;
   return t_deferred_count > 0 ? t_deferred[--t_deferred_count] : nullptr;
 }
 
