@@ -30,7 +30,7 @@
 
 /// What every section returns after its asm goto: committed when control falls through,
 /// aborted from the abort handler (the kernel already cleared rseq_cs), index_changed from the
-/// early exit. Sections with a compare add a `cmpfail:` label after it. Every exit but the
+/// early exit. Sections with a compare use PERCPU_RETURN_STATUSES_WITH_CMPFAIL. Every exit but the
 /// abort disarms (clear_rseq_cs).
 #define PERCPU_RETURN_STATUSES(off) \
   clear_rseq_cs(off);               \
@@ -40,3 +40,11 @@
   moved:                            \
   clear_rseq_cs(off);               \
   return status::index_changed;
+
+/// PERCPU_RETURN_STATUSES plus the `cmpfail:` exit of the sections that compare: disarms and
+/// returns compare_failed.
+#define PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off) \
+  PERCPU_RETURN_STATUSES(off)                    \
+  cmpfail:                                       \
+  clear_rseq_cs(off);                            \
+  return status::compare_failed;

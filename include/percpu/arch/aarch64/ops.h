@@ -77,10 +77,7 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
              [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
@@ -104,10 +101,7 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
              [v2] "Q"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) } (commit: the store of
@@ -132,10 +126,7 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
              [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 /// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
@@ -163,10 +154,7 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
              [v2] "Q"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
@@ -189,10 +177,7 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
              [v2] "Q"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. Copies 8 bytes
@@ -232,10 +217,7 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES(off)
-cmpfail:
-  clear_rseq_cs(off);
-  return status::compare_failed;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
 }  // namespace percpu::arch
