@@ -607,6 +607,12 @@ void pool_base::report_bad_free(const char* p, std::size_t size, const unsigned 
 }
 
 std::size_t pool_base::drain_caches(int index) {
+  const remote_result<std::size_t> r = try_drain_caches(index);
+  if (r.error) throw std::system_error(r.error, "percpu::pool::drain_caches");
+  return r.value;
+}
+
+remote_result<std::size_t> pool_base::try_drain_caches(int index) {
   const char* region = caches_.at(index);
   // Pages of this index's caches that were never touched hold empty stacks; reading them would
   // populate them.
@@ -619,9 +625,9 @@ std::size_t pool_base::drain_caches(int index) {
   if (mincore(reinterpret_cast<void*>(start), span, resident.data()) != 0)
     resident.assign(resident.size(), 1);
   std::vector<char*> found[kCachedClasses][2];
-  std::size_t moved = 0;
-  std::exception_ptr failed;  // a fence failed: what was taken so far still goes central
-  try {
+  remote_result<std::size_t> result;  // a fence failed: what was taken so far still goes central
+  std::size_t& moved = result.value;
+  {
     detail::remote_section remote;
     for (std::size_t cls = 0; cls < kCachedClasses; ++cls) {
       for (int which : {kClean, kDirty}) {
@@ -629,17 +635,18 @@ std::size_t pool_base::drain_caches(int index) {
         if ((resident[(reinterpret_cast<std::uintptr_t>(w) - start) / page] & 1) == 0) continue;
         if ((__atomic_load_n(&w[0], __ATOMIC_ACQUIRE) & ~detail::kCountClosed) == 0) continue;
         found[cls][which].reserve(kCacheDepth);  // before closing: others wait while it is
-        const std::intptr_t n = mode_ == index_mode::cpu_id
-                                    ? detail::close_count<index_mode::cpu_id>(&w[0], index)
-                                    : detail::close_count<index_mode::mm_cid>(&w[0], index);
+        std::intptr_t n = 0;
+        result.error = mode_ == index_mode::cpu_id
+                           ? detail::try_close_count<index_mode::cpu_id>(&w[0], index, n)
+                           : detail::try_close_count<index_mode::mm_cid>(&w[0], index, n);
+        if (result.error) break;
         for (std::intptr_t k = 1; k <= n; ++k)
           found[cls][which].push_back(reinterpret_cast<char*>(w[k]));
         __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);  // reopens, empty
         moved += static_cast<std::size_t>(n);
       }
+      if (result.error) break;
     }
-  } catch (...) {
-    failed = std::current_exception();
   }
   {
     // The mutex only after the remote section: fork() takes them in the other order.
@@ -653,8 +660,7 @@ std::size_t pool_base::drain_caches(int index) {
       list.insert(list.end(), found[cls][kDirty].begin(), found[cls][kDirty].end());
     }
   }
-  if (failed) std::rethrow_exception(failed);
-  return moved;
+  return result;
 }
 
 pool_stats pool_base::stats() const {

@@ -13,6 +13,7 @@
 #include "percpu/membarrier.h"
 #include "percpu/runtime.h"
 #include "percpu/slot_array.h"
+#include "percpu/thread_observation.h"
 
 namespace percpu {
 namespace {
@@ -32,23 +33,28 @@ __attribute__((constructor)) void register_fork_handlers() {
   pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
-// Runs the calling thread on `cpu` once (it preempts whatever ran there), then restores its
-// affinity. Returns false when the thread may not run there.
-bool run_once_on(int cpu) {
-  cpu_set_t saved;
-  if (sched_getaffinity(0, sizeof(saved), &saved) != 0 || cpu >= CPU_SETSIZE) return false;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  const bool moved = sched_setaffinity(0, sizeof(one), &one) == 0;
-  if (moved) sched_yield();
-  sched_setaffinity(0, sizeof(saved), &saved);
-  return moved;
-}
+class remote_category_impl : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "percpu remote"; }
+  std::string message(int value) const override {
+    if (value == static_cast<int>(remote_errc::no_fence))
+      return "no fence is possible: membarrier's RSEQ fence is unavailable, this thread may not "
+             "run on the CPU, and a thread of the process kept running there";
+    return "unknown percpu remote error " + std::to_string(value);
+  }
+};
+
+// How long a fence by observation waits for a thread seen on an unreachable CPU to leave it.
+constexpr int kObservationLimitMs = 50;
 
 }  // namespace
 
-void fence_index(index_mode mode, int index) {
+const std::error_category& remote_category() noexcept {
+  static const remote_category_impl category;
+  return category;
+}
+
+std::error_code try_fence_index(index_mode mode, int index) {
   const int space = mode == index_mode::cpu_id ? index_space<index_mode::cpu_id>()
                                                : index_space<index_mode::mm_cid>();
   if (index < 0 || index >= space)
@@ -57,19 +63,25 @@ void fence_index(index_mode mode, int index) {
   // Skip only once fallback mode is complete. While a switch is in progress, sections that
   // passed their mode check may still commit: they must be fenced like any other.
   detail::initialize();
-  if (__atomic_load_n(&detail::g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kFallbackMode) return;
+  if (__atomic_load_n(&detail::g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kFallbackMode)
+    return {};
   // mm_cid mode is served by cpu_id where the kernel lacks mm_cid; a full fence covers both.
   const bool one_cpu = mode == index_mode::cpu_id;
-  if (membarrier_rseq_fence(one_cpu ? index : -1) == 0) return;
-  if (!one_cpu) {
-    detail::migration_sweep();
-    return;
-  }
-  if (!run_once_on(index))
-    throw std::system_error(EINVAL, std::generic_category(),
-                            "percpu::fence_index: membarrier RSEQ is unavailable and this thread "
-                            "may not run on CPU " +
-                                std::to_string(index));
+  if (membarrier_rseq_fence(one_cpu ? index : -1) == 0) return {};
+  // Without membarrier: run on the CPU (every CPU for mm_cid, whose holder may run anywhere).
+  // Where the kernel refuses (the CPU is offline, or outside this thread's cpuset), look at
+  // the threads instead: an offline CPU runs none, and a cpuset that holds every thread keeps
+  // them all off the CPU, so that proof comes at once.
+  const std::vector<int> missed =
+      detail::migration_sweep(one_cpu ? std::vector<int>{index} : detail::every_cpu_id());
+  if (missed.empty() || detail::no_thread_runs_on(missed, kObservationLimitMs)) return {};
+  return make_error_code(remote_errc::no_fence);
+}
+
+void fence_index(index_mode mode, int index) {
+  if (const std::error_code e = try_fence_index(mode, index))
+    throw std::system_error(
+        e, std::string("percpu::fence_index: ") + to_string(mode) + " " + std::to_string(index));
 }
 
 namespace detail {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "percpu/fallback.h"
 #include "percpu/membarrier.h"
 #include "percpu/signals_blocked.h"
+#include "percpu/thread_observation.h"
 #include "percpu/topology.h"
 
 // glibc 2.35+ exports these (sysdeps/unix/sysv/linux/rseq-internal.h). Weak, so that percpu
@@ -40,7 +42,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace percpu {
 namespace detail {
-hot_state g_hot = {0, kUninitialized, 0, 0};
+hot_state g_hot = {0, kUninitialized, 0, 0, 0, 0};
 }  // namespace detail
 
 namespace {
@@ -223,6 +225,8 @@ void do_initialize() {
   g_owner = info.owner;
   g_hot.node_usable = info.fields.node_id;
   g_hot.mm_cid_usable = info.fields.mm_cid;
+  g_hot.cpu_id_bound = static_cast<std::uint32_t>(machine_topology().cpu_id_bound);
+  g_hot.mm_cid_bound = static_cast<std::uint32_t>(machine_topology().mm_cid_bound);
   __atomic_store_n(&g_hot.rseq_offset, info.rseq_offset, __ATOMIC_RELEASE);
   __atomic_store_n(&g_hot.fallback, mode, __ATOMIC_RELEASE);
 }
@@ -247,8 +251,29 @@ bool ensure_registered() {
   return false;
 }
 
-int clamp_index(int value, int bound) {
-  return value >= 0 && value < bound ? value : 0;
+// An id the kernel reported at or beyond the index space `bound` (sysfs showed fewer CPUs than
+// the kernel has, a CPU beyond them was hot-added, or an affinity mask grew after startup): the
+// slots of such an id do not exist, and no other index may be borrowed while other threads run
+// critical sections on it. Fallback mode's operations are atomic on any slot, so the process
+// switches to it (once, recording why) and the id is reduced into the index space. The reason
+// is formatted without allocating: percpu malloc's own paths come here.
+int out_of_range_index(const char* field, int value, int bound) {
+  if (__atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) != detail::kFallbackMode) {
+    char reason[200];
+    std::snprintf(reason, sizeof(reason),
+                  "the kernel reported %s %d, outside the index space [0, %d) sized from the "
+                  "possible, online and allowed CPUs",
+                  field, value, bound);
+    detail::enter_fallback(reason);
+  }
+  return value < 0 ? 0 : value % bound;
+}
+
+// `value` read from the area, checked against `bound`.
+int in_index_space(const char* field, int value, int bound) {
+  return static_cast<unsigned>(value) < static_cast<unsigned>(bound)
+             ? value
+             : out_of_range_index(field, value, bound);
 }
 
 int dense_thread_id() {
@@ -276,17 +301,35 @@ int dense_thread_id() {
 
 namespace detail {
 // Running on a CPU means whatever ran there before was preempted, and a preempted section aborts.
-void migration_sweep() noexcept {
-  cpu_set_t saved;
-  if (sched_getaffinity(0, sizeof(saved), &saved) != 0) return;
-  for (int cpu : machine_topology().possible_cpus) {
-    if (cpu >= CPU_SETSIZE) break;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (sched_setaffinity(0, sizeof(one), &one) == 0) sched_yield();
+std::vector<int> migration_sweep(const std::vector<int>& cpus) {
+  const topology& t = machine_topology();
+  const int bits = std::max({t.cpu_id_bound, t.kernel_cpu_limit, int{CPU_SETSIZE}});
+  const std::size_t bytes = CPU_ALLOC_SIZE(bits);
+  cpu_set_t* saved = CPU_ALLOC(bits);
+  cpu_set_t* one = CPU_ALLOC(bits);
+  std::vector<int> missed;
+  const bool restorable =
+      saved != nullptr && one != nullptr && sched_getaffinity(0, bytes, saved) == 0;
+  for (int cpu : cpus) {
+    bool visited = false;
+    if (restorable && cpu >= 0 && cpu < bits) {
+      CPU_ZERO_S(bytes, one);
+      CPU_SET_S(cpu, bytes, one);
+      visited = sched_setaffinity(0, bytes, one) == 0;
+      if (visited) sched_yield();
+    }
+    if (!visited) missed.push_back(cpu);
   }
-  sched_setaffinity(0, sizeof(saved), &saved);
+  if (restorable) sched_setaffinity(0, bytes, saved);
+  CPU_FREE(saved);
+  CPU_FREE(one);
+  return missed;
+}
+
+std::vector<int> every_cpu_id() {
+  std::vector<int> ids(static_cast<std::size_t>(machine_topology().cpu_id_bound));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  return ids;
 }
 }  // namespace detail
 
@@ -351,11 +394,13 @@ bool try_initialize() noexcept {
 
 int current_cpu_slow() noexcept {
   initialize();
+  const int bound = machine_topology().cpu_id_bound;
   if (ensure_registered()) {
     const int cpu = arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset);
-    if (cpu >= 0) return cpu;
+    if (cpu >= 0) return in_index_space("cpu_id", cpu, bound);
   }
-  return clamp_index(sched_getcpu(), machine_topology().cpu_id_bound);
+  const int cpu = sched_getcpu();
+  return cpu < 0 ? 0 : in_index_space("cpu_id", cpu, bound);
 }
 
 int current_node_slow() noexcept {
@@ -376,14 +421,14 @@ void current_cpu_node_slow(int& cpu, int& node) noexcept {
   if (g_hot.node_usable && registered) {
     std::int32_t c, n;
     if (arch::read_cpu_node_pair(g_hot.rseq_offset, c, n)) {
-      cpu = c;
+      cpu = in_index_space("cpu_id", c, machine_topology().cpu_id_bound);
       node = n;
       return;
     }
   }
   unsigned c = 0, n = 0;
   if (getcpu(&c, &n) != 0) c = n = 0;
-  cpu = clamp_index(static_cast<int>(c), machine_topology().cpu_id_bound);
+  cpu = in_index_space("cpu_id", static_cast<int>(c), machine_topology().cpu_id_bound);
   node = static_cast<int>(n);
 }
 
@@ -391,8 +436,11 @@ int current_mm_cid_slow() noexcept {
   initialize();
   if (ensure_registered()) {
     const std::intptr_t off = g_hot.rseq_offset;
-    if (g_hot.mm_cid_usable) return arch::load_area_i32<abi::kOffMmCid>(off);
-    return arch::load_area_i32<abi::kOffCpuId>(off);  // kernels before 6.3: cpu_id serves
+    const int bound = machine_topology().mm_cid_bound;
+    if (g_hot.mm_cid_usable)
+      return in_index_space("mm_cid", arch::load_area_i32<abi::kOffMmCid>(off), bound);
+    // Kernels before 6.3: cpu_id serves.
+    return in_index_space("cpu_id", arch::load_area_i32<abi::kOffCpuId>(off), bound);
   }
   return dense_thread_id();
 }
@@ -410,7 +458,17 @@ static void switch_to_fallback(const char* reason) {
   }
   // From here every critical section that starts fails its mode check. Abort the ones that
   // began earlier and may still commit; only then may fallback operations touch the slots.
-  if (membarrier_rseq_fence(-1) != 0) migration_sweep();
+  if (membarrier_rseq_fence(-1) != 0) {
+    const std::vector<int> missed = migration_sweep(every_cpu_id());
+    // CPUs this thread may not run on (offline, or outside its cpuset): wait until no thread
+    // of ours is seen running there. A switch cannot fail; if one keeps running there, say so.
+    if (!missed.empty() && !no_thread_runs_on(missed, 1000)) {
+      std::lock_guard<std::mutex> lock(g_info_mutex);
+      info_storage().fallback_reason +=
+          " (the switch could not fence CPUs " + format_cpu_list(missed) +
+          ": no membarrier, this thread may not run there, and a thread kept running there)";
+    }
+  }
   g_switches.fetch_add(1, std::memory_order_relaxed);
   __atomic_store_n(&g_hot.fallback, kFallbackMode, __ATOMIC_RELEASE);
 }

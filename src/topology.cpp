@@ -1,10 +1,12 @@
 #include "percpu/topology.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -27,6 +29,24 @@ std::string read_first_line(const std::string& path) {
   std::string line;
   if (in) std::getline(in, line);
   return line;
+}
+
+// The CPUs the calling thread may run on, with a mask as large as the kernel uses.
+std::vector<int> allowed_cpus() {
+  std::vector<int> ids;
+  for (std::size_t n = CPU_SETSIZE; n <= static_cast<std::size_t>(kMaxCpuId); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(n);
+    if (set == nullptr) break;
+    const std::size_t bytes = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(bytes, set);
+    const bool ok = sched_getaffinity(0, bytes, set) == 0;
+    if (ok)
+      for (std::size_t i = 0; i < n; ++i)
+        if (CPU_ISSET_S(i, bytes, set)) ids.push_back(static_cast<int>(i));
+    CPU_FREE(set);
+    if (ok || errno != EINVAL) break;
+  }
+  return ids;
 }
 
 }  // namespace
@@ -82,22 +102,61 @@ topology read_topology(const std::string& sysfs_root) {
   t.online_cpus = parse_cpu_list(read_first_line(cpu_dir + "online"));
   if (t.online_cpus.empty()) t.online_cpus = t.possible_cpus;
 
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) t.allowed_cpus.push_back(i);
-  }
-
+  t.allowed_cpus = allowed_cpus();
   t.nodes = parse_cpu_list(read_first_line(sysfs_root + "/devices/system/node/possible"));
   if (t.nodes.empty()) t.nodes = {0};
-
-  t.cpu_id_bound = t.possible_cpus.back() + 1;
-  // The kernel reports CPUs only below nr_cpu_ids; an online CPU beyond "possible" would be a
-  // sysfs inconsistency, so widen rather than index out of range.
-  if (!t.online_cpus.empty()) t.cpu_id_bound = std::max(t.cpu_id_bound, t.online_cpus.back() + 1);
-  t.mm_cid_bound = t.cpu_id_bound;
+  t.kernel_cpu_limit = probe_kernel_cpu_limit();
+  size_index_spaces(t);
   return t;
+}
+
+void size_index_spaces(topology& t) {
+  auto highest = [](const std::vector<int>& ids) { return ids.empty() ? -1 : ids.back(); };
+  const int listed =
+      std::max({highest(t.possible_cpus), highest(t.online_cpus), highest(t.allowed_cpus), 0}) + 1;
+  std::string why;
+  if (t.possible_source != "sysfs") {
+    why = "no readable sysfs list of possible CPUs";
+  } else if (highest(t.online_cpus) > highest(t.possible_cpus)) {
+    why = "online CPUs " + format_cpu_list(t.online_cpus) + " lie outside the possible CPUs " +
+          format_cpu_list(t.possible_cpus);
+  } else if (highest(t.allowed_cpus) > highest(t.possible_cpus)) {
+    why = "the kernel lets this process run on CPUs " + format_cpu_list(t.allowed_cpus) +
+          ", outside the possible CPUs " + format_cpu_list(t.possible_cpus) + " sysfs shows";
+  }
+  // Where the sources disagree, one of them is a partial view (a container's sysfs, a hot-added
+  // CPU): only the kernel's own limit bounds what cpu_id and mm_cid can be.
+  int bound = listed;
+  t.mismatch.clear();
+  if (!why.empty()) {
+    bound = std::max(listed, t.kernel_cpu_limit);
+    t.mismatch = why + "; index spaces sized " + std::to_string(bound) +
+                 (t.kernel_cpu_limit > 0 ? " (the kernel's CPU mask size)"
+                                         : " (the kernel's CPU mask size is unknown)");
+  }
+  t.cpu_id_bound = bound;
+  // mm_cid is below nr_cpu_ids too (and in practice below min(threads, allowed CPUs)).
+  t.mm_cid_bound = bound;
+}
+
+int probe_kernel_cpu_limit() noexcept {
+  // The raw system call: glibc's wrapper hides the kernel's length rules. Lengths are in whole
+  // longs; double until the kernel accepts one, then narrow down to the shortest it accepts.
+  static unsigned long mask[kMaxCpuId / 64];  // only written by the kernel, contents unused
+  auto accepts = [](std::size_t longs) {
+    return syscall(SYS_sched_getaffinity, 0, longs * sizeof(unsigned long), mask) > 0;
+  };
+  std::size_t hi = 1;
+  while (!accepts(hi)) {
+    if (errno != EINVAL || hi * 2 > sizeof(mask) / sizeof(mask[0])) return 0;
+    hi *= 2;
+  }
+  std::size_t lo = hi / 2;  // refused (or 0)
+  while (hi - lo > 1) {
+    const std::size_t mid = (lo + hi) / 2;
+    (accepts(mid) ? hi : lo) = mid;
+  }
+  return static_cast<int>(hi * 64);
 }
 
 const topology& machine_topology() {

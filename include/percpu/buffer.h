@@ -192,23 +192,31 @@ class buffer {
   }
 
   /// Empties the buffer of `index` (any index), also while threads use it, and returns its
-  /// pointers, oldest first. Not async-signal-safe (allocates the vector).
-  /// Throws std::out_of_range for an index outside [0, slots()), std::system_error when no
-  /// fence is possible (fence_index()); nothing changes then.
-  std::vector<P> drain(int index) {
+  /// pointers, oldest first, or the error remote_errc::no_fence when no fence is possible
+  /// (try_fence_index()); nothing changes then. Not async-signal-safe (allocates the vector).
+  /// Throws std::out_of_range for an index outside [0, slots()), std::bad_alloc.
+  remote_result<std::vector<P>> try_drain(int index) {
     std::intptr_t* r = reinterpret_cast<std::intptr_t*>(regions_.at(index));
-    std::vector<P> out;
+    remote_result<std::vector<P>> out;
     // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
     // makes push_back allocate while closed, which is only slower.
-    out.reserve(std::min(size(index) + 16, capacity_));
+    out.value.reserve(std::min(size(index) + 16, capacity_));
     detail::remote_section remote;
-    const std::intptr_t n = detail::close_count<M>(&r[0], index);
-    for (std::intptr_t k = 1; k <= n; ++k) out.push_back(reinterpret_cast<P>(r[k]));
+    std::intptr_t n = 0;
+    if ((out.error = detail::try_close_count<M>(&r[0], index, n))) return out;
+    for (std::intptr_t k = 1; k <= n; ++k) out.value.push_back(reinterpret_cast<P>(r[k]));
     __atomic_store_n(&r[0], 0, __ATOMIC_RELEASE);  // reopens, empty
     if constexpr (Checked) {
-      for (P p : out) detail::checked_erase(p);
+      for (P p : out.value) detail::checked_erase(p);
     }
     return out;
+  }
+
+  /// try_drain(), throwing std::system_error (remote_errc::no_fence) when no fence is possible.
+  std::vector<P> drain(int index) {
+    remote_result<std::vector<P>> r = try_drain(index);
+    if (r.error) throw std::system_error(r.error, "percpu::buffer::drain");
+    return std::move(r.value);
   }
 
   /// Entries per index.

@@ -29,16 +29,27 @@ constexpr const char* to_string(index_mode m) noexcept {
   return m == index_mode::cpu_id ? "cpu_id" : "mm_cid";
 }
 
+namespace detail {
+/// True when `id` read from the area lies in [0, bound): one unsigned compare, which also
+/// rejects the negative cpu_id of an unregistered area.
+inline bool in_bound(std::int32_t id, std::uint32_t bound) noexcept {
+  return static_cast<std::uint32_t>(id) < bound;
+}
+}  // namespace detail
+
 /// The CPU the calling thread runs on, in [0, machine_topology().cpu_id_bound).
 ///
-/// Fast path: one load of the rseq area's cpu_id (about 0.3 ns). Slow paths: the thread's first
-/// call when percpu registers its own area; in fallback mode, sched_getcpu() (vDSO or syscall).
-/// Never negative. Async-signal-safe.
+/// Fast path: one load of the rseq area's cpu_id and one compare with the index space (about
+/// 0.3 ns). Slow paths: the thread's first call when percpu registers its own area; in fallback
+/// mode, sched_getcpu() (vDSO or syscall); a CPU id beyond the index space (a container's sysfs
+/// showing fewer CPUs than the kernel has), which moves the process to fallback mode and is
+/// reduced into the index space, so the result always indexes per-CPU data safely. Never
+/// negative. Async-signal-safe.
 inline int current_cpu() noexcept {
   const std::intptr_t off = detail::g_hot.rseq_offset;
   if (PERCPU_LIKELY(off != 0)) {
     const std::int32_t cpu = arch::load_area_i32<abi::kOffCpuId>(off);
-    if (PERCPU_LIKELY(cpu >= 0)) return cpu;
+    if (PERCPU_LIKELY(detail::in_bound(cpu, detail::g_hot.cpu_id_bound))) return cpu;
   }
   return detail::current_cpu_slow();
 }
@@ -61,12 +72,15 @@ inline int current_node() noexcept {
 /// moment and kept close to 0. Where the kernel lacks mm_cid this is cpu_id (same index space);
 /// where rseq is unavailable it is a dense per-thread index (the lowest id free when the thread
 /// first asked, released at thread exit), taken modulo the index space when threads outnumber it.
-/// Two loads from the area on the fast path (cpu_id, then mm_cid). Never negative.
+/// Two loads from the area on the fast path (cpu_id, then mm_cid); an id beyond the index space
+/// is handled as in current_cpu(). Never negative.
 inline int current_mm_cid() noexcept {
   const std::intptr_t off = detail::g_hot.rseq_offset;
   if (PERCPU_LIKELY(off != 0 && detail::g_hot.mm_cid_usable)) {
-    if (PERCPU_LIKELY(arch::load_area_i32<abi::kOffCpuId>(off) >= 0))
-      return arch::load_area_i32<abi::kOffMmCid>(off);
+    if (PERCPU_LIKELY(arch::load_area_i32<abi::kOffCpuId>(off) >= 0)) {
+      const std::int32_t cid = arch::load_area_i32<abi::kOffMmCid>(off);
+      if (PERCPU_LIKELY(detail::in_bound(cid, detail::g_hot.mm_cid_bound))) return cid;
+    }
   }
   return detail::current_mm_cid_slow();
 }
@@ -89,12 +103,15 @@ struct cpu_node {
 
 /// The calling thread's CPU and that CPU's node, read inside one critical section so a migration
 /// between the two loads cannot pair one CPU with another CPU's node (about 1 ns). Falls back to
-/// getcpu(), which is consistent by itself, when node_id is unusable or rseq is unavailable.
+/// getcpu(), which is consistent by itself, when node_id is unusable or rseq is unavailable. The
+/// cpu is in [0, machine_topology().cpu_id_bound), as current_cpu()'s.
 inline cpu_node current_cpu_node() noexcept {
   const std::intptr_t off = detail::g_hot.rseq_offset;
   if (PERCPU_LIKELY(off != 0 && detail::g_hot.node_usable)) {
     std::int32_t cpu, node;
-    if (PERCPU_LIKELY(arch::read_cpu_node_pair(off, cpu, node))) return {cpu, node};
+    if (PERCPU_LIKELY(arch::read_cpu_node_pair(off, cpu, node) &&
+                      detail::in_bound(cpu, detail::g_hot.cpu_id_bound)))
+      return {cpu, node};
   }
   cpu_node pair;
   detail::current_cpu_node_slow(pair.cpu, pair.node);

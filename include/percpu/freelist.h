@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <system_error>
 
 #include "percpu/checked.h"
 #include "percpu/ops.h"
@@ -107,19 +108,17 @@ class freelist {
   }
 
   /// Detaches the whole list of `index` (any index, typically another CPU's), while threads may
-  /// be pushing and popping on it, and returns its first item as pop_all() does. Pushes and
-  /// pops on that index wait for the few microseconds it takes. Not async-signal-safe.
-  /// Throws std::out_of_range for an index outside [0, slots()), and std::system_error when no
-  /// fence is possible (see fence_index()); then nothing changes.
-  T* drain(int index) {
+  /// be pushing and popping on it, and returns its first item as pop_all() does, or the error
+  /// remote_errc::no_fence when no fence is possible (try_fence_index()); nothing changes then.
+  /// Pushes and pops on that index wait for the few microseconds it takes. Not
+  /// async-signal-safe. Throws std::out_of_range for an index outside [0, slots()).
+  remote_result<T*> try_drain(int index) {
     slot& sl = slots_.at(index);
     detail::remote_section remote;
     __atomic_store_n(&sl.gate, kClosed, __ATOMIC_SEQ_CST);
-    try {
-      fence_index(M, index);
-    } catch (...) {
+    if (const std::error_code e = try_fence_index(M, index)) {
       __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
-      throw;
+      return {nullptr, e};
     }
     // No section on this index can commit now. The striped fallback lock also orders us after
     // fallback-mode operations that checked the gate before it closed.
@@ -128,7 +127,14 @@ class freelist {
       head = __atomic_load_n(&sl.head, __ATOMIC_ACQUIRE);
     } while (detail::fallback_compare_store(&sl.head, head, 0) != status::committed);
     __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
-    return forget(reinterpret_cast<T*>(head));
+    return {forget(reinterpret_cast<T*>(head)), {}};
+  }
+
+  /// try_drain(), throwing std::system_error (remote_errc::no_fence) when no fence is possible.
+  T* drain(int index) {
+    const remote_result<T*> r = try_drain(index);
+    if (r.error) throw std::system_error(r.error, "percpu::freelist::drain");
+    return r.value;
   }
 
   /// Number of lists (the index space of M).

@@ -99,23 +99,32 @@ class memcpy_buffer {
   }
 
   /// Empties the buffer of `index` (any index), also while threads use it, and returns its
-  /// records, oldest first. Not async-signal-safe. Throws std::out_of_range for an index
-  /// outside [0, slots()), std::system_error when no fence is possible; nothing changes then.
-  std::vector<T> drain(int index) {
+  /// records, oldest first, or the error remote_errc::no_fence when no fence is possible
+  /// (try_fence_index()); nothing changes then. Not async-signal-safe. Throws
+  /// std::out_of_range for an index outside [0, slots()), std::bad_alloc.
+  remote_result<std::vector<T>> try_drain(int index) {
     regions_.at(index);
-    std::vector<T> out;
+    remote_result<std::vector<T>> out;
     // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
     // makes push_back allocate while closed, which is only slower.
-    out.reserve(std::min(size(index) + 16, capacity_));
+    out.value.reserve(std::min(size(index) + 16, capacity_));
     detail::remote_section remote;
-    const std::intptr_t n = detail::close_count<M>(count_of(index), index);
+    std::intptr_t n = 0;
+    if ((out.error = detail::try_close_count<M>(count_of(index), index, n))) return out;
     for (std::intptr_t k = 0; k < n; ++k) {
       T record;
       std::memcpy(&record, record_of(index, k), sizeof(T));
-      out.push_back(record);
+      out.value.push_back(record);
     }
     __atomic_store_n(count_of(index), 0, __ATOMIC_RELEASE);  // reopens, empty
     return out;
+  }
+
+  /// try_drain(), throwing std::system_error (remote_errc::no_fence) when no fence is possible.
+  std::vector<T> drain(int index) {
+    remote_result<std::vector<T>> r = try_drain(index);
+    if (r.error) throw std::system_error(r.error, "percpu::memcpy_buffer::drain");
+    return std::move(r.value);
   }
 
   /// Records per index.

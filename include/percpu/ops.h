@@ -36,7 +36,10 @@ inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId
 ///
 /// The fast path checks only that percpu has an area offset: the section itself checks the
 /// mode (it must, for the switch to fallback mode), and reports a mode other than rseq as
-/// index_changed, so the mode is read here only after such a result.
+/// index_changed, so the mode is read here only after an attempt that did not complete. It is
+/// read after an abort too: under a debugger that single-steps or stops at a breakpoint inside
+/// the section, every attempt aborts before it reaches the section's own mode check, and once
+/// retry() has switched the process to fallback mode the operation must complete there.
 template <index_mode M, class RseqOp, class FallbackOp>
 inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
   const std::intptr_t off = g_hot.rseq_offset;
@@ -51,7 +54,7 @@ inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
     } else {
       s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
     }
-    if (PERCPU_LIKELY(s != status::index_changed)) return s;
+    if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
     if (PERCPU_LIKELY(__atomic_load_n(&g_hot.fallback, __ATOMIC_RELAXED) == kRseqMode)) return s;
   }
   // No area (not initialized, or fallback mode from the start), or the mode has changed.

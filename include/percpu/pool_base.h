@@ -20,6 +20,7 @@
 #include "percpu/buffer.h"
 #include "percpu/config.h"
 #include "percpu/cpu.h"
+#include "percpu/remote.h"
 #include "percpu/slot_array.h"
 
 namespace percpu {
@@ -132,6 +133,11 @@ class PERCPU_API pool_base {
   /// Throws std::out_of_range for an index outside the index space of mode(), and
   /// std::system_error when no fence is possible; nothing is lost then.
   std::size_t drain_caches(int index);
+
+  /// drain_caches(), reporting remote_errc::no_fence as a value instead (with the objects
+  /// moved before the fence failed, which are in the pool's lists; nothing is lost). Throws
+  /// std::out_of_range for a bad index, std::bad_alloc.
+  remote_result<std::size_t> try_drain_caches(int index);
 
   /// Reserved, resident and bookkeeping bytes, live and free objects. Takes the pool's mutex
   /// and a few system calls per chunk: for reports, not hot paths.

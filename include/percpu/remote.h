@@ -11,11 +11,42 @@
 
 #include <cstdint>
 #include <mutex>
+#include <system_error>
+#include <type_traits>
 
 #include "percpu/config.h"
 #include "percpu/cpu.h"
 
 namespace percpu {
+
+/// Why a remote operation (a drain, a fence) did not run. Values of std::error_code in
+/// remote_category(); nothing was changed when one is reported.
+enum class remote_errc {
+  /// No fence is possible: membarrier's RSEQ fence is unavailable (seccomp, a kernel before
+  /// 5.10), the calling thread may not run on the CPU to fence (a cpuset, an affinity the kernel
+  /// refuses), and a thread of the process kept running there, so a critical section that read
+  /// the slot before it was closed could still commit. Retry later, from a thread that may run
+  /// there, or leave that index alone.
+  no_fence = 1,
+};
+
+/// The category of remote_errc ("percpu remote").
+PERCPU_API const std::error_category& remote_category() noexcept;
+
+/// Makes remote_errc usable as a std::error_code.
+inline std::error_code make_error_code(remote_errc e) noexcept {
+  return {static_cast<int>(e), remote_category()};
+}
+
+/// The result of a try_ operation: `value`, or `error` (then `value` is empty and nothing
+/// changed).
+template <class V>
+struct remote_result {
+  V value{};
+  std::error_code error;
+  /// True when the operation ran.
+  explicit operator bool() const noexcept { return !error; }
+};
 
 /// Fence for index `index` of mode `mode`: when it returns, every critical section that a
 /// thread of this process was running on that index when the call began has either committed
@@ -28,8 +59,19 @@ namespace percpu {
 /// there is preempted by it and aborts. In fallback mode there are no sections, and it returns
 /// at once. Not async-signal-safe.
 ///
-/// Throws std::system_error (EINVAL) when membarrier is unavailable and the calling thread may
-/// not run on CPU `index`, and std::out_of_range for an index outside the index space.
+/// Where the calling thread may not run on a CPU to fence it (without membarrier), the fence
+/// holds when, after the call began, every other thread of the process was seen not running
+/// on such a CPU (/proc/self/task/*/stat: its state and CPU): a thread that ran a section
+/// there has since left the CPU, so the section aborts. An offline CPU runs no thread, so its
+/// slots are fenced that way at once; so are the CPUs outside a cpuset that holds every thread.
+/// A thread seen running there for 50 ms makes the fence fail.
+///
+/// Returns an empty error_code when fenced, remote_errc::no_fence otherwise. Throws
+/// std::out_of_range for an index outside the index space.
+PERCPU_API std::error_code try_fence_index(index_mode mode, int index);
+
+/// try_fence_index(), throwing std::system_error with the remote_errc::no_fence code when no
+/// fence is possible.
 PERCPU_API void fence_index(index_mode mode, int index);
 
 namespace detail {
@@ -62,24 +104,22 @@ inline constexpr std::intptr_t kCountClosed = std::intptr_t{1} << 62;
 
 /// Closes the buffer slot of `index` whose sections compare the count word `*count`: sets
 /// kCountClosed with a compare-and-swap, fences the index, and starts over if a section that
-/// was already running committed over the closed word. Returns the count it closed (without the
-/// bit). The caller holds a remote_section and reopens the slot by storing a count. Throws what
-/// fence_index() throws, after reopening.
+/// was already running committed over the closed word. Stores the count it closed (without the
+/// bit) in `n`. The caller holds a remote_section and reopens the slot by storing a count.
+/// Returns what try_fence_index() returns; on an error the slot is reopened as it was.
 template <index_mode M>
-std::intptr_t close_count(std::intptr_t* count, int index) {
+std::error_code try_close_count(std::intptr_t* count, int index, std::intptr_t& n) {
   for (;;) {
-    std::intptr_t n = __atomic_load_n(count, __ATOMIC_ACQUIRE);
+    n = __atomic_load_n(count, __ATOMIC_ACQUIRE);
     if (!__atomic_compare_exchange_n(count, &n, n | kCountClosed, false, __ATOMIC_SEQ_CST,
                                      __ATOMIC_RELAXED))
       continue;
-    try {
-      fence_index(M, index);
-    } catch (...) {
+    if (const std::error_code e = try_fence_index(M, index)) {
       std::intptr_t closed = n | kCountClosed;
       __atomic_compare_exchange_n(count, &closed, n, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-      throw;
+      return e;
     }
-    if (__atomic_load_n(count, __ATOMIC_ACQUIRE) == (n | kCountClosed)) return n;
+    if (__atomic_load_n(count, __ATOMIC_ACQUIRE) == (n | kCountClosed)) return {};
   }
 }
 
@@ -89,3 +129,6 @@ PERCPU_API void wait_for_remote() noexcept;
 
 }  // namespace detail
 }  // namespace percpu
+
+template <>
+struct std::is_error_code_enum<percpu::remote_errc> : std::true_type {};

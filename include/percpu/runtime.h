@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "percpu/abi.h"
 #include "percpu/config.h"
@@ -92,6 +93,11 @@ struct alignas(64) hot_state {
   std::uint32_t node_usable;
   /// Nonzero when mm_cid is usable; otherwise mm_cid mode is served by cpu_id.
   std::uint32_t mm_cid_usable;
+  /// Sizes of the cpu_id and mm_cid index spaces (machine_topology()); 0 until initialized. The
+  /// getcpu cache returns an id from the area only when it is below these, so no structure
+  /// sized by the index space is ever indexed outside its memory, whatever sysfs said.
+  std::uint32_t cpu_id_bound;
+  std::uint32_t mm_cid_bound;
 };
 PERCPU_API extern hot_state g_hot;
 
@@ -109,7 +115,9 @@ PERCPU_API void initialize() noexcept;
 /// initialized, false while another initialization runs.
 PERCPU_API bool try_initialize() noexcept;
 
-/// Slow paths of the getcpu cache: initialize, register this thread, or ask the kernel.
+/// Slow paths of the getcpu cache: initialize, register this thread, or ask the kernel. An id
+/// the kernel reports beyond the index space moves the process to fallback mode (whose
+/// operations are correct on any slot) and is reduced into the index space.
 PERCPU_API int current_cpu_slow() noexcept;
 PERCPU_API int current_node_slow() noexcept;
 PERCPU_API int current_mm_cid_slow() noexcept;
@@ -121,10 +129,16 @@ PERCPU_API void current_cpu_node_slow(int& cpu, int& node) noexcept;
 /// unavailable), then lets fallback operations run. `reason` is recorded for registration().
 PERCPU_API void enter_fallback(const char* reason) noexcept;
 
-/// Runs the calling thread once on every CPU of its affinity mask, then restores the mask: any
-/// thread that was inside a critical section on one of those CPUs has been preempted and will
-/// abort. The fence of last resort where membarrier is unavailable.
-PERCPU_API void migration_sweep() noexcept;
+/// Runs the calling thread once on each CPU of `cpus` (ids) that the kernel lets it run on,
+/// then restores its affinity: any thread that was inside a critical section on one of those
+/// CPUs has been preempted and will abort. The fence of last resort where membarrier is
+/// unavailable. Returns the CPUs it could not run on (offline, outside the cpuset), for
+/// no_thread_runs_on() (thread_observation.h).
+PERCPU_API std::vector<int> migration_sweep(const std::vector<int>& cpus);
+
+/// Every id of the cpu_id index space, 0 to machine_topology().cpu_id_bound - 1: what a full
+/// migration sweep visits (sysfs may list fewer CPUs than the kernel runs threads on).
+PERCPU_API std::vector<int> every_cpu_id();
 
 /// Waits until a switch to fallback mode in progress has completed.
 PERCPU_API void wait_for_fallback() noexcept;

@@ -95,6 +95,7 @@ std::atomic<std::intptr_t*> cache_layout::g_regions{nullptr};
 std::atomic<std::intptr_t*> cache_layout::g_fast_regions{nullptr};
 std::intptr_t cache_layout::g_area_offset = 0;
 std::intptr_t cache_layout::g_index_offset = 0;
+std::uint32_t cache_layout::g_index_bound = 0;
 
 bool cache_init() noexcept {
   // During a switch to fallback mode every operation waits for the switch, and the switching
@@ -124,6 +125,7 @@ bool cache_init() noexcept {
   const std::intptr_t off = percpu::detail::g_hot.rseq_offset;
   if (off != 0) {
     cache_layout::g_area_offset = off;
+    cache_layout::g_index_bound = static_cast<std::uint32_t>(indices);
     cache_layout::g_index_offset =
         off + static_cast<std::intptr_t>(percpu::detail::g_hot.mm_cid_usable ? abi::kOffMmCid
                                                                              : abi::kOffCpuId);
@@ -264,17 +266,15 @@ std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept
   if ((__atomic_load_n(w, __ATOMIC_ACQUIRE) & ~percpu::detail::kCountClosed) <= k) return 0;
   void* taken[kMaxStackEntries];
   std::intptr_t n = 0, moved = 0;
-  try {
+  {
     // Never waits for another remote operation: this may run inside malloc called from one
     // (percpu::pool's drain allocates while it holds its section); the next pass retries.
     percpu::detail::remote_section remote(std::try_to_lock);
     if (!remote.owns()) return -1;
-    n = percpu::detail::close_count<kMode>(w, index);
+    if (percpu::detail::try_close_count<kMode>(w, index, n)) return -1;
     // Closed and fenced: no section on this index can commit until the count is stored.
     for (std::intptr_t j = k; j < n; ++j) taken[moved++] = reinterpret_cast<void*>(w[1 + j]);
     __atomic_store_n(w, std::min(n, k), __ATOMIC_RELEASE);
-  } catch (...) {
-    return -1;
   }
   // In whole batches where possible: they stop in the transfer cache.
   const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);

@@ -52,7 +52,9 @@ nlohmann::json info_json() {
                    {"allowed_cpus", format_cpu_list(topo.allowed_cpus)},
                    {"nodes", format_cpu_list(topo.nodes)},
                    {"cpu_id_bound", topo.cpu_id_bound},
-                   {"mm_cid_bound", topo.mm_cid_bound}};
+                   {"mm_cid_bound", topo.mm_cid_bound},
+                   {"kernel_cpu_limit", topo.kernel_cpu_limit},
+                   {"mismatch", topo.mismatch}};
   return j;
 }
 
@@ -87,8 +89,16 @@ void print_info(const nlohmann::json& j) {
   fmt::print("online CPUs       {}\n", t["online_cpus"].get<std::string>());
   fmt::print("allowed CPUs      {}\n", t["allowed_cpus"].get<std::string>());
   fmt::print("NUMA nodes        {}\n", t["nodes"].get<std::string>());
+  const int limit = t["kernel_cpu_limit"].get<int>();
+  fmt::print(
+      "kernel CPU limit  {}\n",
+      limit > 0
+          ? fmt::format("CPU ids below {} (the CPU mask size sched_getaffinity accepts)", limit)
+          : std::string("unknown (sched_getaffinity could not be probed)"));
   fmt::print("index spaces      cpu_id [0, {}), mm_cid [0, {})\n", t["cpu_id_bound"].get<int>(),
              t["mm_cid_bound"].get<int>());
+  if (!t["mismatch"].get<std::string>().empty())
+    fmt::print("  mismatch        {}\n", t["mismatch"].get<std::string>());
 }
 
 }  // namespace percpu::cli

@@ -45,7 +45,30 @@ struct run_control {
   std::atomic<bool> stop_helpers{false};
   std::atomic<int> workers_done{0};
   std::atomic<long> progress{0};  // worker operations so far (for the fork point)
+
+  // The first exception a thread of the run threw: the run fails with it instead of the
+  // process ending in std::terminate.
+  std::mutex error_mutex;
+  std::string error;
+  void record(const char* who, const char* what) {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (error.empty()) error = fmt::format("{} threw: {}", who, what);
+  }
 };
+
+// Runs `body`, recording what it throws in `ctl`; returns false when it threw.
+template <class Body>
+bool guarded(run_control& ctl, const char* who, Body&& body) {
+  try {
+    body();
+    return true;
+  } catch (const std::exception& e) {
+    ctl.record(who, e.what());
+  } catch (...) {
+    ctl.record(who, "an exception of unknown type");
+  }
+  return false;
+}
 
 std::vector<int> allowed_cpus() {
   std::vector<int> cpus;
@@ -67,7 +90,14 @@ std::string fork_and_check(stress_workload& w) {
   if (pid < 0) return "fork failed";
   if (pid == 0) {
     alarm(20);  // a child that hangs (an inherited held lock) is killed and reported
-    _exit(w.child_check() ? 0 : 1);
+    bool passed = false;
+    try {
+      passed = w.child_check();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "percpu stress: forked child's check threw: %s\n", e.what());
+    } catch (...) {
+    }
+    _exit(passed ? 0 : 1);
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return "waitpid failed";
@@ -136,11 +166,13 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
       workers[t].tid.store(static_cast<pid_t>(syscall(SYS_gettid)), std::memory_order_release);
       // Start together, once the helpers run: a short run must not finish before its storms.
       while (!ctl.go.load(std::memory_order_acquire)) sched_yield();
-      for (long i = 1; i <= o.reps; ++i) {
-        workload->op(i);
-        if (o.yield && i % 1000 == 0) sched_yield();
-        if (i % 1024 == 0) ctl.progress.fetch_add(1024, std::memory_order_relaxed);
-      }
+      guarded(ctl, "a worker", [&] {
+        for (long i = 1; i <= o.reps; ++i) {
+          workload->op(i);
+          if (o.yield && i % 1000 == 0) sched_yield();
+          if (i % 1024 == 0) ctl.progress.fetch_add(1024, std::memory_order_relaxed);
+        }
+      });
       fallback_ops.fetch_add(this_thread_stats().fallback_ops, std::memory_order_relaxed);
       ctl.workers_done.fetch_add(1, std::memory_order_acq_rel);
       // Stay alive (signals may still arrive) until the helpers have stopped.
@@ -192,8 +224,10 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
       auto ready_once = ready_once_proto;
       std::minstd_rand rng(3);
       while (!ctl.stop_helpers.load(std::memory_order_acquire)) {
-        workload->remote(static_cast<int>(rng() % space));
+        const bool ok =
+            guarded(ctl, "the drainer", [&] { workload->remote(static_cast<int>(rng() % space)); });
         ready_once();
+        if (!ok) break;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     });
@@ -230,7 +264,9 @@ stress_result run_one(const stress_options& o, const std::string& structure, ind
   r.signals = signals.load();
   r.migrations = migrations.load();
   r.drains = tally.drains.load();
-  workload->verify(r);
+  r.refused = tally.refused.load();
+  guarded(ctl, "the final check", [&] { workload->verify(r); });
+  if (r.failure.empty() && !ctl.error.empty()) r.failure = ctl.error;
   r.duplicated += tally.duplicated.load();
   r.corrupt += tally.corrupt.load();
   if (r.failure.empty() && (r.lost || r.duplicated || r.corrupt))
@@ -259,6 +295,7 @@ nlohmann::json to_json(const stress_result& r) {
           {"signals", r.signals},
           {"migrations", r.migrations},
           {"drains", r.drains},
+          {"drains_refused", r.refused},
           {"forks", r.forks},
           {"lost", r.lost},
           {"duplicated", r.duplicated},
@@ -299,9 +336,10 @@ int run_stress(const stress_options& given) {
       o.signals ? "on" : "off", o.migrate ? "on" : "off", o.yield ? "on" : "off",
       o.fork_child ? "on" : "off", o.drain ? "on" : "off");
   std::fflush(stdout);
-  fmt::print("{:<14} {:<7} {:>11} {:>9} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>5} {:>5} {:>6}\n",
-             "structure", "mode", "ops", "handler", "aborts", "moved", "fallback", "signals",
-             "migrate", "drains", "lost", "dup", "result");
+  fmt::print(
+      "{:<14} {:<7} {:>11} {:>9} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} {:>6}\n",
+      "structure", "mode", "ops", "handler", "aborts", "moved", "fallback", "signals", "migrate",
+      "drains", "nofence", "lost", "dup", "result");
   nlohmann::json all = nlohmann::json::array();
   int failed = 0;
   for (int rep = 0; rep < o.repetitions; ++rep)
@@ -309,9 +347,10 @@ int run_stress(const stress_options& given) {
       for (const auto& m : o.modes) {
         const auto r = run_one(o, s, m == "mm_cid" ? index_mode::mm_cid : index_mode::cpu_id);
         fmt::print(
-            "{:<14} {:<7} {:>11} {:>9} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>5} {:>5} {:>6}\n",
+            "{:<14} {:<7} {:>11} {:>9} {:>9} {:>8} {:>11} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} "
+            "{:>6}\n",
             r.structure, r.mode, r.ops, r.handler_ops, r.aborts, r.index_changes, r.fallback_ops,
-            r.signals, r.migrations, r.drains, r.lost, r.duplicated,
+            r.signals, r.migrations, r.drains, r.refused, r.lost, r.duplicated,
             r.failure.empty() ? "ok" : "FAIL");
         if (!r.failure.empty()) {
           fmt::print("  FAILED: {}\n", r.failure);

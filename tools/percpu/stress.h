@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <percpu/cpu.h>
@@ -38,6 +39,7 @@ struct stress_result {
   std::uint64_t handler_ops = 0;  ///< operations done inside signal handlers
   std::uint64_t aborts = 0, index_changes = 0, fallback_ops = 0;
   std::uint64_t signals = 0, migrations = 0, drains = 0, forks = 0;
+  std::uint64_t refused = 0;  ///< drains refused: no fence possible (remote_errc::no_fence)
   std::uint64_t lost = 0, duplicated = 0, corrupt = 0;
   std::string failure;  ///< empty when the run passed
   double seconds = 0;
@@ -49,6 +51,13 @@ struct stress_tally {
   std::atomic<std::uint64_t> duplicated{0};  ///< an item held by two threads at once
   std::atomic<std::uint64_t> corrupt{0};     ///< a torn record, a broken invariant
   std::atomic<std::uint64_t> drains{0};
+  std::atomic<std::uint64_t> refused{0};  ///< drains refused for want of a fence (nothing moved)
+
+  /// Counts a drain that ran (no error: returns true) or was refused (returns false).
+  bool count_drain(const std::error_code& error) {
+    (error ? refused : drains).fetch_add(1, std::memory_order_relaxed);
+    return !error;
+  }
 };
 
 /// One structure under test. op() runs on workers, signal_op() inside a signal handler (it

@@ -101,8 +101,9 @@ class freelist_workload final : public stress_workload {
     tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
   }
   void remote(int index) override {
-    item* chain = list_.drain(index);
-    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+    const remote_result<item*> drained = list_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    item* chain = drained.value;
     while (chain) {
       item* next = chain->next;
       take(chain, tally_);
@@ -169,12 +170,13 @@ class buffer_workload final : public stress_workload {
     tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
   }
   void remote(int index) override {
-    for (item* p : buf_.drain(index)) {
+    const remote_result<std::vector<item*>> drained = buf_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    for (item* p : drained.value) {
       take(p, tally_);
       give(p);
       put_back(p);
     }
-    tally_.drains.fetch_add(1, std::memory_order_relaxed);
   }
   bool child_check() override {
     item* p = buf_.pop();
@@ -251,9 +253,10 @@ class memcpy_buffer_workload final : public stress_workload {
     tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
   }
   void remote(int index) override {
-    for (const record& r : buf_.drain(index))
+    const remote_result<std::vector<record>> drained = buf_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    for (const record& r : drained.value)
       if (hold(r)) release_and_push(r);
-    tally_.drains.fetch_add(1, std::memory_order_relaxed);
   }
   bool child_check() override {
     record r;
@@ -373,10 +376,7 @@ class pool_workload final : public stress_workload {
   // Allocation's slow path takes a mutex: not for a signal handler. The signals still abort
   // the workers' critical sections.
   void signal_op() noexcept override {}
-  void remote(int index) override {
-    pool_.drain_caches(index);
-    tally_.drains.fetch_add(1, std::memory_order_relaxed);
-  }
+  void remote(int index) override { tally_.count_drain(pool_.try_drain_caches(index).error); }
   bool child_check() override {
     std::vector<percpu_ptr<std::int64_t, M>> mine;
     for (int i = 0; i < 100; ++i) {

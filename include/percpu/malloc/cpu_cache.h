@@ -74,6 +74,8 @@ extern std::atomic<std::intptr_t*> g_fast_regions;
 /// kernel provides it, else cpu_id): set before g_fast_regions is published, fixed afterwards.
 extern std::intptr_t g_area_offset;
 extern std::intptr_t g_index_offset;
+/// The number of regions: the sections send an index at or beyond it to the slow path.
+extern std::uint32_t g_index_bound;
 
 }  // namespace cache_layout
 
@@ -90,7 +92,8 @@ __attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noex
     // One attempt: after an abort (rare) the slow path retries, keeping this path short enough
     // to need no stack frame.
     const auto r = arch::current_stack_pop<cache_layout::kRegionBytes>(
-        cache_layout::g_area_offset, cache_layout::g_index_offset, first, v);
+        cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
+        first, v);
     if (PERCPU_LIKELY(r == arch::stack_result::done)) return reinterpret_cast<void*>(v);
     if (r == arch::stack_result::aborted) percpu::detail::note_abort();  // statistics
   }
@@ -111,7 +114,8 @@ __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void
     const auto cap_offset = static_cast<std::intptr_t>(
         (cache_layout::kCapWord + cls - cache_layout::kOffsets[cls]) * sizeof(std::intptr_t));
     const auto r = arch::current_stack_push<cache_layout::kRegionBytes>(
-        cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v);
+        cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
+        first, cap_offset, v);
     if (PERCPU_LIKELY(r == arch::stack_result::done)) return true;
     if (r == arch::stack_result::aborted) percpu::detail::note_abort();
   }
@@ -165,8 +169,8 @@ std::size_t cache_push_many(std::size_t cls, void* const* in, std::size_t n) noe
 /// threads that no longer run there (an mm_cid no thread holds now, a CPU gone idle). Returns
 /// the objects moved; 0 for an index outside the index space, before cache_init(), when no
 /// fence is available, or while another remote operation is in progress (nothing is moved then:
-/// it never waits for one, since it may run inside malloc called from one). Allocates nothing, except an exception object
-/// when a fence fails. Not async-signal-safe.
+/// it never waits for one, since it may run inside malloc called from one). Allocates nothing,
+/// except an exception object when a fence fails. Not async-signal-safe.
 std::size_t cache_drain(int index) noexcept;
 
 /// The index space of the caches (0 before cache_init()).

@@ -14,7 +14,8 @@
 namespace percpu::arch {
 
 // Head of both sections: descriptor, area (x10), arming store, the mode check, the registration
-// check (cpu_id negative), r = first + index * RegionBytes into x11 and its count into x12.
+// check (cpu_id negative), the index check (at or beyond `bound`: slow path, as on x86-64),
+// r = first + index * RegionBytes into x11 and its count into x12.
 #define PERCPU_A64_CURRENT_STACK_HEAD        \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
@@ -26,6 +27,8 @@ namespace percpu::arch {
   "tbnz w9, 31, %l[slow]\n\t"                  \
   "sub x11, x10, %[off]\n\t"                   \
   "ldr w11, [x11, %[index_off]]\n\t"           \
+  "cmp x11, %[bound]\n\t"                      \
+  "b.hs %l[slow]\n\t"                          \
   "madd x11, x11, %[rb], %[first]\n\t"         \
   "ldr x12, [x11]\n\t"
 
@@ -37,7 +40,8 @@ namespace percpu::arch {
 /// ../x86_64/current_stack.h). `index_off` is the index field's offset from the thread pointer.
 template <std::size_t RegionBytes>
 inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                      std::intptr_t* first, std::intptr_t& out) noexcept {
+                                      std::uint32_t bound, std::intptr_t* first,
+                                      std::intptr_t& out) noexcept {
   std::intptr_t v;
   asm goto(PERCPU_A64_CURRENT_STACK_HEAD
            "sub x13, x12, 1\n\t"
@@ -47,7 +51,7 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
                3) "str x13, [x11]\n\t" PERCPU_A64_CURRENT_STACK_TAIL
            : [v] "=&r"(v)
            : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
-             [max] "r"(std::uint64_t{kMaxStackCount}),
+             [bound] "r"(std::uint64_t{bound}), [max] "r"(std::uint64_t{kMaxStackCount}),
              [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
            : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
            : slow, aborted);
@@ -63,8 +67,8 @@ aborted:
 /// word `cap_offset` bytes from the count (pseudocode in ../x86_64/current_stack.h).
 template <std::size_t RegionBytes>
 inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                       std::intptr_t* first, std::intptr_t cap_offset,
-                                       std::intptr_t value) noexcept {
+                                       std::uint32_t bound, std::intptr_t* first,
+                                       std::intptr_t cap_offset, std::intptr_t value) noexcept {
   asm goto(PERCPU_A64_CURRENT_STACK_HEAD
            "ldr x13, [x11, %[cap_offset]]\n\t"
            "cmp x12, x13\n\t"
@@ -77,7 +81,7 @@ inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_of
            PERCPU_A64_CURRENT_STACK_TAIL
            :
            : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
-             [cap_offset] "r"(cap_offset), [value] "r"(value),
+             [bound] "r"(std::uint64_t{bound}), [cap_offset] "r"(cap_offset), [value] "r"(value),
              [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
            : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
            : slow, aborted);

@@ -25,8 +25,10 @@ namespace percpu::arch {
 // fences sections that began before it), the registration check (cpu_id is negative while this
 // thread's own area is not registered, or after it was unregistered at thread exit, when the
 // kernel leaves mm_cid at 0 and would no longer abort the section; the generic operations
-// handle both), r = first + index * RegionBytes into %rcx and its count into %rdx. (%rax is
-// the arming store's and the delay injection's scratch register.)
+// handle both), the index check (an index at or beyond `bound`, the number of regions, goes to
+// the slow path, whose index read handles it: sysfs may show fewer CPUs than the kernel
+// reports), r = first + index * RegionBytes into %rcx and its count into %rdx. (%rax is the
+// arming store's and the delay injection's scratch register.)
 #define PERCPU_X86_CURRENT_STACK_HEAD        \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
@@ -37,6 +39,8 @@ namespace percpu::arch {
   "cmpl $0, %%fs:4(%[off])\n\t"\
   "jl %l[slow]\n\t"\
   "movl %%fs:(%[index_off]), %%ecx\n\t"\
+  "cmpl %[bound], %%ecx\n\t"\
+  "jae %l[slow]\n\t"\
   "imulq %[rb], %%rcx, %%rcx\n\t"                                                \
   "addq %[first], %%rcx\n\t"                                                     \
   "movq (%%rcx), %%rdx\n\t"
@@ -48,6 +52,7 @@ namespace percpu::arch {
 /// Pops the top entry of the calling thread's index's stack into `out`.
 ///
 ///   if (fallback || area->cpu_id < 0) return slow
+///   if (area->field >= bound) return slow             // beyond the regions (unsigned)
 ///   r = first + area->field * RegionBytes
 ///   n = r[0]
 ///   if (n == 0 || n > kMaxStackCount) return slow    // empty, or closed by a remote drain
@@ -56,10 +61,12 @@ namespace percpu::arch {
 ///
 /// `off` is the area's offset from the thread pointer (nonzero: rseq registered), `index_off`
 /// the offset of the index field (cpu_id or mm_cid) from the thread pointer: off + its offset in
-/// the area (a runtime value, so one instantiation serves both index fields).
+/// the area (a runtime value, so one instantiation serves both index fields); `bound` the number
+/// of regions after `first`'s index 0.
 template <std::size_t RegionBytes>
 inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                      std::intptr_t* first, std::intptr_t& out) noexcept {
+                                      std::uint32_t bound, std::intptr_t* first,
+                                      std::intptr_t& out) noexcept {
   std::intptr_t v;
   asm goto(PERCPU_X86_CURRENT_STACK_HEAD
            "leaq -1(%%rdx), %%r8\n\t"
@@ -69,7 +76,7 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
                3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
            : [v] "=&r"(v)
            : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
-             [max] "i"(kMaxStackCount),
+             [bound] "r"(bound), [max] "i"(kMaxStackCount),
              [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
            : "rax", "rcx", "rdx", "r8", "memory", "cc"
            : slow, aborted);
@@ -86,6 +93,7 @@ aborted:
 /// thread may change at any time: it bounds growth, the stack's room is the caller's).
 ///
 ///   if (fallback || area->cpu_id < 0) return slow
+///   if (area->field >= bound) return slow             // beyond the regions (unsigned)
 ///   r = first + area->field * RegionBytes
 ///   n = r[0]
 ///   if (n >= *(r + cap_offset)) return slow           // full, or closed by a remote drain
@@ -93,8 +101,8 @@ aborted:
 ///   r[0] = n + 1                                      // commit
 template <std::size_t RegionBytes>
 inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                       std::intptr_t* first, std::intptr_t cap_offset,
-                                       std::intptr_t value) noexcept {
+                                       std::uint32_t bound, std::intptr_t* first,
+                                       std::intptr_t cap_offset, std::intptr_t value) noexcept {
   asm goto(PERCPU_X86_CURRENT_STACK_HEAD
            "cmpq (%%rcx,%[cap_offset],1), %%rdx\n\t"
            "jae %l[slow]\n\t"
@@ -103,7 +111,7 @@ inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_of
            "movq %%rdx, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
            :
            : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
-             [cap_offset] "r"(cap_offset), [value] "r"(value),
+             [bound] "r"(bound), [cap_offset] "r"(cap_offset), [value] "r"(value),
              [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
            : "rax", "rcx", "rdx", "memory", "cc"
            : slow, aborted);

@@ -1,0 +1,250 @@
+// Faults users found: CPU ids beyond what sysfs shows (a container's view, a CPU that appears
+// after startup), and remote drains of a CPU that the draining thread cannot reach without
+// membarrier. Each must end in exact counts or a clear error value, never in corruption.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <percpu/percpu.h>
+
+#include "child.h"
+#include "expect.h"
+#include "pin.h"
+#include "sysfs_view.h"
+
+namespace {
+
+using percpu::test::run_in_sysfs_view;
+
+// The highest CPU this process may run on, or -1 when it has only one.
+int second_cpu() {
+  const auto& allowed = percpu::machine_topology().allowed_cpus;
+  return allowed.size() >= 2 ? allowed.back() : -1;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The reproduction: sysfs says the machine has CPU 0 only, the program runs on CPU 1.
+// Before the fix the counter read back 0 (its adds went past the single slot).
+TEST(IndexSpace, SysfsShowingFewerCpusThanTheKernelHas) {
+  const int cpu = second_cpu();
+  if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
+  const auto r = run_in_sysfs_view("0", cpu, {PERCPU_INDEX_SPACE_CHECK_PATH});
+  if (r.status == 77) GTEST_SKIP() << r.skip;
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu_id: counter 1000 of 1000, list 100 of 100")) << r.out;
+  EXPECT_TRUE(contains(r.out, "mm_cid: counter 1000 of 1000, list 100 of 100")) << r.out;
+  // The affinity mask contradicts sysfs: the index spaces are sized by the kernel's limit, so
+  // the thread keeps its rseq fast paths.
+  EXPECT_TRUE(contains(r.out, "outside the possible CPUs")) << r.out;
+  if (percpu::test::expected_mode() != "fallback") {
+    EXPECT_TRUE(contains(r.out, "mode rseq")) << r.out;
+  }
+}
+
+// sysfs and the affinity mask agree on CPU 0 at startup; then the program moves to CPU 1, an id
+// beyond its index space: it must switch to fallback mode and keep every count exact.
+TEST(IndexSpace, ACpuIdThatAppearsAfterStartupSwitchesToFallbackMode) {
+  const int cpu = second_cpu();
+  if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
+  const auto r =
+      run_in_sysfs_view("0", 0, {PERCPU_INDEX_SPACE_CHECK_PATH, "--move-to", std::to_string(cpu)});
+  if (r.status == 77) GTEST_SKIP() << r.skip;
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "index spaces 1/1, mismatch: none")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu_id: counter 1000 of 1000, list 100 of 100")) << r.out;
+  EXPECT_TRUE(contains(r.out, "mode fallback")) << r.out;
+  if (percpu::test::expected_mode() != "fallback") {
+    EXPECT_TRUE(contains(r.out, "outside the index space [0, 1)")) << r.out;
+  }
+}
+
+// The stress reproduction: under the same view, the short stress lost hundreds of
+// thousands of updates and crashed in the memcpy buffer's child.
+TEST(IndexSpace, StressUnderASysfsViewOfOneCpu) {
+  if (second_cpu() < 1) GTEST_SKIP() << "needs a second CPU";
+  const auto r =
+      run_in_sysfs_view("0", -1, {PERCPU_CLI_PATH, "stress", "--short", "--reps", "3000"});
+  if (r.status == 77) GTEST_SKIP() << r.skip;
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "14 runs, 0 failed")) << r.out;
+}
+
+TEST(IndexSpace, SizedFromEverySourceThatBoundsIt) {
+  struct row {
+    std::vector<int> possible, online, allowed;
+    const char* source;
+    int kernel_limit, bound;
+    bool mismatch;
+  };
+  const row rows[] = {
+      {{0, 1}, {0, 1}, {0, 1}, "sysfs", 64, 2, false},      // all agree: tight
+      {{0, 1, 2, 3}, {0, 1}, {1}, "sysfs", 64, 4, false},   // spare possible CPUs
+      {{0}, {0}, {1}, "sysfs", 64, 64, true},               // the container
+      {{0}, {0, 1, 2}, {0}, "sysfs", 64, 64, true},         // online beyond possible
+      {{0}, {0}, {5}, "sysfs", 0, 6, true},                 // no kernel limit: what we saw
+      {{0, 1}, {0, 1}, {0, 1}, "sysconf", 128, 128, true},  // no sysfs list at all
+      {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 256, 256, false},
+  };
+  for (const row& w : rows) {
+    percpu::topology t;
+    t.possible_cpus = w.possible;
+    t.online_cpus = w.online;
+    t.allowed_cpus = w.allowed;
+    t.possible_source = w.source;
+    t.kernel_cpu_limit = w.kernel_limit;
+    percpu::size_index_spaces(t);
+    EXPECT_EQ(t.cpu_id_bound, w.bound) << percpu::format_cpu_list(w.possible);
+    EXPECT_EQ(t.mm_cid_bound, w.bound);
+    EXPECT_EQ(!t.mismatch.empty(), w.mismatch) << t.mismatch;
+  }
+}
+
+TEST(IndexSpace, TheKernelLimitCoversEveryCpuItRuns) {
+  const int limit = percpu::probe_kernel_cpu_limit();
+  if (limit == 0) GTEST_SKIP() << "sched_getaffinity could not be probed here";
+  EXPECT_EQ(limit % 64, 0);
+  for (int cpu : percpu::machine_topology().online_cpus) EXPECT_LT(cpu, limit);
+}
+
+// ---- Remote drains where no fence can be had ----
+
+struct item {
+  item* next = nullptr;
+};
+
+// Denies membarrier (ENOSYS) and sched_setaffinity (EINVAL) to the calling thread only (no
+// TSYNC): that thread can neither fence with membarrier nor run on another CPU, as in a cpuset,
+// while the process's other threads keep running where they are.
+bool cut_off_this_thread() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) return false;
+  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(membarrier), 0);
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(sched_setaffinity), 0);
+  if (rc == 0) rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  return rc == 0;
+}
+
+// A thread of the process keeps running on the drained CPU, which the drainer cannot reach:
+// the drain is refused with remote_errc::no_fence and the list keeps every item. Once that
+// thread is gone, the same drain succeeds.
+TEST(RemoteDrain, NoFenceIsAnErrorValueAndNothingMoves) {
+  const int cpu = second_cpu();
+  if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode has no sections to fence";
+  const int status = percpu::test::in_child([cpu] {
+    percpu::freelist<item> list;
+    std::vector<item> items(10);
+    {
+      percpu::test::pinned on(cpu);
+      if (!on.ok()) return 10;
+      for (item& it : items) list.push(&it);
+    }
+    if (list.count_quiescent(cpu) != items.size()) return 11;  // (a migration moved a push)
+    std::atomic<bool> running{false}, stop{false};
+    std::thread busy([&] {
+      percpu::test::pinned on(cpu);
+      running = true;
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+    while (!running) sched_yield();
+    if (!cut_off_this_thread()) return 12;
+    const percpu::remote_result<item*> refused = list.try_drain(cpu);
+    if (refused.error != percpu::remote_errc::no_fence || refused.value != nullptr) return 13;
+    if (list.count_quiescent(cpu) != items.size()) return 14;
+    try {
+      list.drain(cpu);
+      return 15;
+    } catch (const std::system_error& e) {
+      if (e.code() != percpu::remote_errc::no_fence) return 16;
+    }
+    stop = true;
+    busy.join();
+    const percpu::remote_result<item*> drained = list.try_drain(cpu);
+    if (drained.error) return 17;
+    std::size_t n = 0;
+    for (item* p = drained.value; p; p = p->next) ++n;
+    return n == items.size() ? 0 : 18;
+  });
+  EXPECT_EQ(status, 0);
+}
+
+// A cgroup holding CPU 0 only, made for the test (root and a writable cpuset controller).
+class cpuset_of_cpu0 {
+ public:
+  cpuset_of_cpu0() {
+    const std::string v1 = "/sys/fs/cgroup/cpuset";
+    const std::string name = "/percpu-test-" + std::to_string(getpid());
+    struct stat st {};
+    if (stat((v1 + "/cpuset.cpus").c_str(), &st) == 0) {
+      dir_ = v1 + name;
+      procs_ = dir_ + "/tasks";
+    } else if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+      std::ofstream("/sys/fs/cgroup/cgroup.subtree_control") << "+cpuset";
+      dir_ = "/sys/fs/cgroup" + name;
+      procs_ = dir_ + "/cgroup.procs";
+    } else {
+      why_ = "no cgroup file system";
+      return;
+    }
+    if (mkdir(dir_.c_str(), 0755) != 0) {
+      why_ = "cannot make " + dir_ + ": " + std::strerror(errno);
+      dir_.clear();
+      return;
+    }
+    for (const char* f : {"/cpuset.mems", "/cpuset.cpus"}) {
+      std::ofstream out(dir_ + f);
+      out << "0\n";
+      out.flush();
+      if (!out) why_ = std::string("cannot write ") + dir_ + f;
+    }
+  }
+  ~cpuset_of_cpu0() {
+    if (!dir_.empty()) rmdir(dir_.c_str());
+  }
+  /// Empty when the cgroup is ready.
+  const std::string& why_not() const { return why_; }
+  const std::string& procs() const { return procs_; }
+
+ private:
+  std::string dir_, procs_, why_;
+};
+
+// The third reproduction: membarrier denied, the process in a cpuset holding CPU 0
+// only. Drains of CPU 1 ended the stress in std::terminate; they are fenced by observation
+// now (no thread can run there), and nothing is lost.
+TEST(RemoteDrain, StressInACpusetOfOneCpuWithoutMembarrier) {
+  if (second_cpu() < 1) GTEST_SKIP() << "needs a second CPU";
+  cpuset_of_cpu0 cg;
+  if (!cg.why_not().empty()) GTEST_SKIP() << cg.why_not();
+  const std::string cli = PERCPU_CLI_PATH;
+  const std::string cmd = "echo $$ > " + cg.procs() + " && exec " + cli +
+                          " deny-rseq --deny membarrier -- " + cli +
+                          " stress --short --reps 3000 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "on 1 CPUs")) << out;
+  EXPECT_TRUE(contains(out, "14 runs, 0 failed")) << out;
+}
+
+}  // namespace
