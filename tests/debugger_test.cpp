@@ -122,13 +122,13 @@ constexpr std::uint64_t kBreakInsn = 0xd4200000;  // brk #0
 constexpr std::uint64_t kBreakMask = 0xFFFFFFFF;
 constexpr std::uint64_t kPcAfterBreak = 0;  // brk traps with the pc on it
 
-bool get_regs(pid_t pid, user_pt_regs& regs) {
+bool get_regs(pid_t pid, user_regs_struct& regs) {
   iovec io{&regs, sizeof(regs)};
   return ptrace(PTRACE_GETREGSET, pid, reinterpret_cast<void*>(NT_PRSTATUS), &io) == 0;
 }
 
 bool get_pc_tp(pid_t pid, std::uint64_t& pc, std::uint64_t& tp) {
-  user_pt_regs regs{};
+  user_regs_struct regs{};
   std::uint64_t tls = 0;
   iovec io{&tls, sizeof(tls)};
   if (!get_regs(pid, regs) ||
@@ -140,7 +140,7 @@ bool get_pc_tp(pid_t pid, std::uint64_t& pc, std::uint64_t& tp) {
 }
 
 bool set_pc(pid_t pid, std::uint64_t pc) {
-  user_pt_regs regs{};
+  user_regs_struct regs{};
   if (!get_regs(pid, regs)) return false;
   regs.pc = pc;
   iovec io{&regs, sizeof(regs)};
