@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -119,6 +120,82 @@ TEST(Cli, ShortStressConservesEverything) {
       EXPECT_GT(run["fallback_ops"].get<long>(), 0) << run["structure"];
     }
   }
+}
+
+// The conventions a newcomer expects: options after the suite's name, one list syntax (commas
+// or spaces) everywhere, "unknown command" for a typo, --version, "not a number".
+TEST(Cli, CommandLineConventions) {
+  // Accepted after the suite name: the range check answers, not "was not expected".
+  const auto after = run("bench getcpu --repetitions 0");
+  EXPECT_NE(after.status, 0);
+  EXPECT_NE(after.out.find("not in range"), std::string::npos) << after.out;
+  EXPECT_EQ(after.out.find("not expected"), std::string::npos) << after.out;
+  // Commas in every list option (the run stops at the unwritable --json, after parsing).
+  const auto allocators = run("bench malloc --allocators glibc,percpu --json /proc/percpu-x.json");
+  EXPECT_NE(allocators.out.find("cannot write /proc/percpu-x.json"), std::string::npos)
+      << allocators.out;
+  EXPECT_NE(run("bench malloc --allocators glibc,nosuch").status, 0);
+  const auto lists =
+      run("stress --structure counter,freelist --mode cpu_id --threads 2 --reps 200 "
+          "--no-fork");
+  EXPECT_EQ(lists.status, 0) << lists.out;
+  EXPECT_NE(lists.out.find("2 runs, 0 failed"), std::string::npos) << lists.out;
+  const auto unknown = run("frobnicate");
+  EXPECT_EQ(unknown.status >> 8, 2);
+  EXPECT_NE(unknown.out.find("unknown command 'frobnicate'"), std::string::npos) << unknown.out;
+  EXPECT_NE(unknown.out.find("info, bench, stress and deny-rseq"), std::string::npos);
+  const auto version = run("--version");
+  EXPECT_EQ(version.status, 0);
+  EXPECT_NE(version.out.find("percpu 0."), std::string::npos) << version.out;
+  const auto nan = run("stress --threads abc");
+  EXPECT_NE(nan.status, 0);
+  EXPECT_NE(nan.out.find("'abc' is not a number"), std::string::npos) << nan.out;
+  // An unwritable folder names the system's reason.
+  const auto out_dir = run("bench --quick --suites getcpu --out /proc/percpu-report");
+  EXPECT_NE(out_dir.out.find("cannot write the report folder /proc/percpu-report: "),
+            std::string::npos)
+      << out_dir.out;
+}
+
+// Output that cannot be written is an error with its reason, found before long work where it
+// can be: standard output, --json files (a full device fails only when the file is closed).
+TEST(Cli, WriteErrorsAreReported) {
+  const std::string cli = PERCPU_CLI_PATH;
+  FILE* p = popen((cli + " info 2>&1 >/dev/full").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[1024];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(out.find("cannot write the output: No space left on device"), std::string::npos) << out;
+  const auto json = run("stress --structure counter --threads 2 --reps 100 --json /dev/full");
+  EXPECT_EQ(json.status >> 8, 2) << json.out;
+  EXPECT_NE(json.out.find("cannot write /dev/full: No space left on device"), std::string::npos)
+      << json.out;
+  // Checked before the runs: nothing ran.
+  const auto early = run("stress --structure counter --threads 2 --reps 100 --json /proc/x.json");
+  EXPECT_NE(early.status, 0);
+  EXPECT_EQ(early.out.find("runs,"), std::string::npos) << early.out;
+  const auto bench = run("bench getcpu --quick --json /proc/nope.json");
+  EXPECT_NE(bench.status, 0);
+  EXPECT_EQ(bench.out.find("ns/call"), std::string::npos) << bench.out;
+}
+
+// PERCPU_MALLOC_STATS_FILE: statistics for programs that close stderr before they exit.
+TEST(Cli, MallocStatisticsToAFile) {
+  const std::string file = ::testing::TempDir() + "percpu-malloc-stats.txt";
+  std::remove(file.c_str());
+  const std::string cmd = std::string("LD_PRELOAD=") + PERCPU_MALLOC_LIBRARY_PATH +
+                          " PERCPU_MALLOC_STATS_FILE=" + file + " " + PERCPU_CLI_PATH +
+                          " --version >/dev/null 2>&-";  // a dynamic program, stderr closed
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::FILE* f = std::fopen(file.c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no statistics file";
+  char line[256] = {};
+  ASSERT_NE(std::fgets(line, sizeof line, f), nullptr);
+  std::fclose(f);
+  EXPECT_EQ(std::string(line).rfind("percpu malloc: rss", 0), 0u) << line;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // libpercpu_malloc.so: the C allocation API and every C++ operator new/delete form, mapped onto
 // percpu malloc's functions (allocator.h). Use it with LD_PRELOAD, or link it before libc.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -95,8 +96,22 @@ PERCPU_EXPORT void percpu_malloc_stats_print(int fd) {
 }
 
 namespace {
-// PERCPU_MALLOC_STATS=1 (any non-empty value but 0) prints the statistics to stderr at exit.
+// PERCPU_MALLOC_STATS=1 (any non-empty value but 0) prints the statistics to stderr at exit;
+// PERCPU_MALLOC_STATS_FILE=path appends them to that file instead (programs such as cat and ls
+// close stderr before exit). Neither allocates.
 __attribute__((destructor)) void print_stats_at_exit() {
+  const char* file = getenv("PERCPU_MALLOC_STATS_FILE");
+  if (file != nullptr && file[0] != '\0') {
+    const int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      pm::print_stats(fd);
+      close(fd);
+    } else {
+      static const char msg[] = "percpu malloc: cannot open PERCPU_MALLOC_STATS_FILE\n";
+      (void)!write(2, msg, sizeof(msg) - 1);
+    }
+    return;
+  }
   const char* v = getenv("PERCPU_MALLOC_STATS");
   if (v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0')) pm::print_stats(2);
 }

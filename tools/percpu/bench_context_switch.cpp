@@ -208,10 +208,13 @@ int skip(const bench_options& options, const std::string& reason, const nlohmann
   fmt::print("percpu bench context-switch: skipped: {}\n", reason);
   print_size_facts(sizes);
   if (options.json_out.empty()) return 0;
-  std::ofstream out(options.json_out);
-  out << nlohmann::json{{"suite", "context-switch"}, {"skipped", reason}, {"size", sizes}}.dump(2)
-      << "\n";
-  return out ? 0 : 1;
+  return write_text_file(
+             options.json_out,
+             nlohmann::json{{"suite", "context-switch"}, {"skipped", reason}, {"size", sizes}}.dump(
+                 2) +
+                 "\n")
+             ? 0
+             : 1;
 }
 
 }  // namespace
@@ -356,22 +359,16 @@ int bench_context_switch(const bench_options& options) {
   print_size_facts(sizes);
 
   if (!options.json_out.empty()) {
-    std::ofstream out(options.json_out);
-    out << nlohmann::json{{"suite", "context-switch"},
-                          {"repetitions", reps},
-                          {"benchmarks", rows},
-                          {"slower_beyond_noise", tally.slower},
-                          {"faster_beyond_noise", tally.faster},
-                          {"compared", tally.compared},
-                          {"measurable_cost", tally.measurable_cost()},
-                          {"verdict", verdict},
-                          {"size", sizes}}
-               .dump(2)
-        << "\n";
-    if (!out) {
-      std::cerr << "percpu: cannot write " << options.json_out << "\n";
-      return 1;
-    }
+    const nlohmann::json out{{"suite", "context-switch"},
+                             {"repetitions", reps},
+                             {"benchmarks", rows},
+                             {"slower_beyond_noise", tally.slower},
+                             {"faster_beyond_noise", tally.faster},
+                             {"compared", tally.compared},
+                             {"measurable_cost", tally.measurable_cost()},
+                             {"verdict", verdict},
+                             {"size", sizes}};
+    if (!write_text_file(options.json_out, out.dump(2) + "\n")) return 1;
   }
   return failed ? 1 : 0;
 }

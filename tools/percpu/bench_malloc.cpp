@@ -334,17 +334,11 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   }
 
   if (!options.json_out.empty()) {
-    std::ofstream out(options.json_out);
-    out << nlohmann::json{{"suite", "malloc"},
-                          {"summary", summarize(m, by_size)},
-                          {"criteria", criteria},
-                          {"runs", raw}}
-               .dump(2)
-        << "\n";
-    if (!out) {
-      std::cerr << "percpu: cannot write " << options.json_out << "\n";
-      return 1;
-    }
+    const nlohmann::json out{{"suite", "malloc"},
+                             {"summary", summarize(m, by_size)},
+                             {"criteria", criteria},
+                             {"runs", raw}};
+    if (!write_text_file(options.json_out, out.dump(2) + "\n")) return 1;
   }
   if (percpu_failed) std::cerr << "percpu bench malloc: a run under percpu malloc failed\n";
   return percpu_failed ? 1 : 0;

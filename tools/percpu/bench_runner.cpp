@@ -1,10 +1,19 @@
 #include "bench_runner.h"
 
+#include <cstring>
+
+#include <cstdio>
+
+#include <cerrno>
+
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -192,11 +201,27 @@ void print_thread_table(const std::vector<bench_result>& results, const std::vec
   std::cout << std::flush;
 }
 
+nlohmann::json contender_labels(const std::vector<contender>& contenders) {
+  nlohmann::json labels = nlohmann::json::object();
+  for (const contender& c : contenders) labels[c.name] = c.label;
+  return labels;
+}
+
 bool can_write(const std::string& path) {
   if (path.empty()) return true;
-  std::ofstream out(path, std::ios::app);
-  if (!out) std::cerr << "percpu: cannot write " << path << "\n";
-  return static_cast<bool>(out);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f != nullptr && std::fclose(f) == 0) return true;
+  std::cerr << "percpu: cannot write " << path << ": " << std::strerror(errno) << "\n";
+  return false;
+}
+
+bool write_text_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  bool ok = f != nullptr;
+  if (ok) ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (!ok) std::cerr << "percpu: cannot write " << path << ": " << std::strerror(errno) << "\n";
+  return ok;
 }
 
 bool write_json(const std::string& path, const std::string& suite,
@@ -212,10 +237,7 @@ bool write_json(const std::string& path, const std::string& suite,
                             {"noisy", r.noisy()},
                             {"samples_ns", r.samples_ns}});
   }
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) std::cerr << "percpu: cannot write " << path << "\n";
-  return static_cast<bool>(out);
+  return write_text_file(path, j.dump(2) + "\n");
 }
 
 }  // namespace percpu::cli

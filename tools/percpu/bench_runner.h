@@ -90,6 +90,10 @@ struct contender {
   std::uint64_t (*body)(int thread, const std::atomic<bool>& stop);
 };
 
+/// {benchmark name: table label} of `contenders`, for the JSON: the report's plots name each
+/// line as the table names its column.
+nlohmann::json contender_labels(const std::vector<contender>& contenders);
+
 /// Registers every contender at every thread count with register_throughput().
 void register_contenders(const std::vector<contender>& contenders, const std::vector<int>& threads,
                          const bench_plan& plan, std::function<void()> before_run = {});
@@ -106,8 +110,14 @@ void print_thread_table(const std::vector<bench_result>& results, const std::vec
                         const std::vector<contender>& columns, const char* base,
                         const std::vector<ratio_column>& ratios);
 
-/// Checks before a long run that `path` (if not empty) can be written; prints why not.
+/// Checks before a long run that `path` (if not empty) can be written; prints why not (with the
+/// system's reason).
 bool can_write(const std::string& path);
+
+/// Writes `text` to `path`, replacing it. Returns false after printing why (with the system's
+/// reason) when it cannot, including a failure seen only when the file is closed (a full disk,
+/// /dev/full).
+bool write_text_file(const std::string& path, const std::string& text);
 
 /// Finds a result by name and thread count; nullptr if that benchmark did not run.
 const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name,

@@ -2,14 +2,62 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 #include "stress.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+const char* const kCommands[] = {"info", "bench", "stress", "deny-rseq"};
+
+// A first word that is neither an option nor a command: CLI11 would only say that a
+// subcommand is required.
+bool refuse_unknown_command(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  for (const char* c : kCommands)
+    if (std::strcmp(argv[1], c) == 0) return false;
+  std::cerr << "percpu: unknown command '" << argv[1]
+            << "'; the commands are info, bench, stress and deny-rseq (percpu --help)\n";
+  return true;
+}
+
+// Whole numbers only: says "not a number" before the range check can say "out of range".
+const CLI::Validator kWholeNumber(
+    [](std::string& text) -> std::string {
+      const bool digits =
+          !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      return digits ? std::string() : "'" + text + "' is not a number (digits 0-9 only)";
+    },
+    "NUMBER");
+
+// A whole number in [lo, hi].
+template <class T>
+CLI::Option* number(CLI::Option* o, T lo, T hi) {
+  return o->check(kWholeNumber)->check(CLI::Range(lo, hi));
+}
+
+// The exit status after the command's own: output that could not be written (a full disk,
+// /dev/full, a closed pipe) is an error, not a success.
+int with_output_checked(int status) {
+  errno = 0;
+  std::cout.flush();  // synchronized with stdio: this flushes stdout, setting errno on failure
+  const bool cout_ok = static_cast<bool>(std::cout);
+  const bool stdout_ok = std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (cout_ok && stdout_ok) return status;
+  const int err = errno;
+  std::cerr << "percpu: cannot write the output"
+            << (err != 0 ? std::string(": ") + std::strerror(err) : std::string()) << "\n";
+  return status != 0 ? status : 1;
+}
+
+int run(int argc, char** argv) {
+  if (refuse_unknown_command(argc, argv)) return 2;
   CLI::App app{"percpu: userspace per-CPU data through restartable sequences (rseq)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "percpu " PERCPU_VERSION);
 
   auto* info = app.add_subcommand("info", "Show the rseq registration, usable fields and topology");
   bool info_as_json = false;
@@ -20,8 +68,9 @@ int main(int argc, char** argv) {
   bench->require_subcommand(0, 1);
   percpu::cli::bench_options options;
   bench->add_flag("--quick", options.quick, "Fewer, shorter repetitions");
-  bench->add_option("--repetitions", options.repetitions, "Repetitions per benchmark (median)")
-      ->check(CLI::Range(1, 1000));
+  number(
+      bench->add_option("--repetitions", options.repetitions, "Repetitions per benchmark (median)"),
+      1, 1000);
   bench->add_option("--json", options.json_out,
                     "Write one suite's raw results to this JSON file (the report writes its own)");
   std::string report_dir = "percpu-report";
@@ -49,10 +98,12 @@ int main(int argc, char** argv) {
       "malloc",
       "Allocation workloads (service, producer/consumer, pair latency, thread churn) under "
       "glibc, jemalloc (default and percpu arenas), tcmalloc, mimalloc and percpu malloc: "
-      "throughput, latency, peak RSS");
+      "throughput, latency, peak RSS (--allocators to choose)");
   std::vector<std::string> malloc_only;
   malloc_suite
-      ->add_option("--allocators", malloc_only, "Only these allocators (default: all installed)")
+      ->add_option("--allocators", malloc_only,
+                   "Only these allocators, comma- or space-separated (default: all installed)")
+      ->delimiter(',')
       ->check(CLI::IsMember(
           {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
 
@@ -60,6 +111,9 @@ int main(int argc, char** argv) {
       "context-switch",
       "What registering rseq costs context switches: hackbench and perf bench sched with "
       "registration off, glibc's and percpu's, alternating; plus bytes per thread and code size");
+  // The suite's options may come after its name too (percpu bench getcpu --quick).
+  for (CLI::App* suite : {getcpu, counter, list, pool, malloc_suite, context_switch})
+    suite->fallthrough();
 
   auto* stress = app.add_subcommand(
       "stress",
@@ -70,25 +124,29 @@ int main(int argc, char** argv) {
       "counter", "freelist", "buffer", "memcpy_buffer", "spinlock", "pool", "malloc"};
   bool short_form = false, no_signals = false, no_migrate = false, no_yield = false,
        no_fork = false, no_drain = false;
-  stress->add_option("--structure", sopt.structures, "Structures to run (default: all)")
+  stress
+      ->add_option("--structure", sopt.structures,
+                   "Structures to run, comma- or space-separated (default: all)")
+      ->delimiter(',')
       ->check(CLI::IsMember(all_structures));
-  stress->add_option("--mode", sopt.modes, "Index modes (default: both)")
+  stress->add_option("--mode", sopt.modes, "Index modes, comma- or space-separated (default: both)")
+      ->delimiter(',')
       ->check(CLI::IsMember({"cpu_id", "mm_cid"}));
-  stress->add_option("--threads", sopt.threads, "Worker threads (default: 4 per CPU, >= 16)")
-      ->check(CLI::Range(1, 4096));
-  stress->add_option("--reps", sopt.reps, "Operations per worker (default: 1000000)")
-      ->check(CLI::Range(1L, 1000000000L));
-  stress->add_option("--repetitions", sopt.repetitions, "Runs of each structure and mode")
-      ->check(CLI::Range(1, 1000));
-  stress
-      ->add_option("--inject-loops", sopt.inject_loops,
-                   "Delay loop iterations at each injection point inside the critical "
-                   "sections (builds with PERCPU_INJECT_DELAYS: cmake --preset stress)")
-      ->check(CLI::Range(0u, 1000000u));
-  stress
-      ->add_option("--timeout", sopt.timeout_s,
-                   "Seconds after which a run that has not finished fails (hung; default 300)")
-      ->check(CLI::Range(1, 86400));
+  number(
+      stress->add_option("--threads", sopt.threads, "Worker threads (default: 4 per CPU, >= 16)"),
+      1, 4096);
+  number(stress->add_option("--reps", sopt.reps, "Operations per worker (default: 1000000)"), 1L,
+         1000000000L);
+  number(stress->add_option("--repetitions", sopt.repetitions, "Runs of each structure and mode"),
+         1, 1000);
+  number(stress->add_option("--inject-loops", sopt.inject_loops,
+                            "Delay loop iterations at each injection point inside the critical "
+                            "sections (builds with PERCPU_INJECT_DELAYS: cmake --preset stress)"),
+         0u, 1000000u);
+  number(stress->add_option(
+             "--timeout", sopt.timeout_s,
+             "Seconds after which a run that has not finished fails (hung; default 300)"),
+         1, 86400);
   stress->add_flag("--short", short_form, "CI form: 8 workers x 20000 operations");
   stress->add_flag("--no-signals", no_signals, "No signal storm");
   stress->add_flag("--no-migrate", no_migrate, "No migrating thread");
@@ -170,4 +228,10 @@ int main(int argc, char** argv) {
     return percpu::cli::deny_rseq_exec(err, denied != "membarrier", denied != "rseq", command);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return with_output_checked(run(argc, argv));
 }
