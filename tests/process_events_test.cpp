@@ -70,8 +70,8 @@ TEST(ProcessEvents, ForkWhileOtherThreadsRunFallbackOperations) {
       failures += in_child(
                       [] {
                         std::intptr_t out;
-                        percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0);
-                        percpu::compare_store<index_mode::cpu_id>(&head, -1, 0, 0);
+                        (void)percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0);
+                        (void)percpu::compare_store<index_mode::cpu_id>(&head, -1, 0, 0);
                         return 0;
                       },
                       5) != 0;

@@ -24,13 +24,13 @@ void use_every_operation() {
   using M = std::integral_constant<percpu::index_mode, percpu::index_mode::cpu_id>;
   static std::intptr_t v = 0, v2 = 0, out = 0;
   const int cpu = percpu::current_cpu();
-  percpu::add<M::value>(&v, 1, cpu);
-  percpu::compare_store<M::value>(&v, 1, 0, cpu);
-  percpu::compare_compare_store<M::value>(&v, 0, &v2, 0, 0, cpu);
-  percpu::pop<M::value>(&v, 0, 0, &out, cpu);
-  percpu::compare_store_store<M::value>(&v, 0, &v2, 0, 0, cpu);
+  (void)percpu::add<M::value>(&v, 1, cpu);
+  (void)percpu::compare_store<M::value>(&v, 1, 0, cpu);
+  (void)percpu::compare_compare_store<M::value>(&v, 0, &v2, 0, 0, cpu);
+  (void)percpu::pop<M::value>(&v, 0, 0, &out, cpu);
+  (void)percpu::compare_store_store<M::value>(&v, 0, &v2, 0, 0, cpu);
   char buf[8];
-  percpu::compare_memcpy_store<M::value>(&v, 0, buf, buf, 0, 0, cpu);
+  (void)percpu::compare_memcpy_store<M::value>(&v, 0, buf, buf, 0, 0, cpu);
   (void)percpu::current_cpu_node();
 }
 

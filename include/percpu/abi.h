@@ -7,6 +7,8 @@
 // with static_asserts.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstddef>
 #include <cstdint>
 

@@ -2,6 +2,8 @@
 // try-store then a count store, popped with a compare of count and slot.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

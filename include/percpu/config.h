@@ -1,5 +1,11 @@
-// Build-wide macros: symbol visibility and branch hints.
+// Build-wide macros: symbol visibility and branch hints. Also the language check: every public
+// C++ header includes this one first, so a build with an older standard stops here with a
+// clear message instead of an obscure error deep in a header.
 #pragma once
+
+#if defined(__cplusplus) && __cplusplus < 202002L
+#error "percpu needs C++20: compile with -std=c++20 (or -std=gnu++20) or later"
+#endif
 
 #if defined(PERCPU_STATIC_DEFINE)
 #define PERCPU_API

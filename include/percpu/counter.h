@@ -2,6 +2,8 @@
 // instruction, no shared cache line); reading sums the slots.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstdint>
 #include <limits>
 #include <type_traits>

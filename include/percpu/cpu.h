@@ -6,6 +6,8 @@
 // the index again inside its critical section.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstdint>
 
 #include "percpu/arch/area.h"

@@ -3,6 +3,8 @@
 // drained while its threads keep using it.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>

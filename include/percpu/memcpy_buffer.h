@@ -2,6 +2,8 @@
 // section (compare, copy, then store the count).
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -13,6 +13,8 @@
 // are naturally aligned and stay valid for the call.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -72,7 +74,7 @@ enum class commit_order { relaxed, release };
 /// add: *v += count on `index`'s slot, as one commit.
 /// Returns committed, or aborted / index_changed (nothing stored: retry).
 template <index_mode M>
-inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
+PERCPU_ATTEMPT inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::add<decltype(field)::value>(off, v, count, index);
@@ -83,8 +85,8 @@ inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
 /// compare-and-store: if (*v == expect) *v = newv.
 /// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
 template <index_mode M>
-inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t newv,
-                            int index) noexcept {
+PERCPU_ATTEMPT inline status compare_store(std::intptr_t* v, std::intptr_t expect,
+                                           std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_store<decltype(field)::value>(off, v, expect, newv, index);
@@ -95,8 +97,9 @@ inline status compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
 /// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
 template <index_mode M>
-inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
-                                    std::intptr_t expect2, std::intptr_t newv, int index) noexcept {
+PERCPU_ATTEMPT inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect,
+                                                   std::intptr_t* v2, std::intptr_t expect2,
+                                                   std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_compare_store<decltype(field)::value>(off, v, expect, v2, expect2,
@@ -110,8 +113,8 @@ inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect, std:
 /// the empty value (normally 0). Returns committed (*out = the popped item), compare_failed
 /// (the head equals expect: empty), or aborted / index_changed (retry).
 template <index_mode M>
-inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
-                  int index) noexcept {
+PERCPU_ATTEMPT inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
+                                 std::intptr_t* out, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::pop<decltype(field)::value>(off, v, expect, offset, out, index);
@@ -124,9 +127,9 @@ inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
 /// (a gate a remote drainer closes, see freelist.h). Returns committed (*out = the popped item),
 /// compare_failed (*v2 != expect2, or the list is empty), or aborted / index_changed (retry).
 template <index_mode M>
-inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
-                          std::intptr_t expect2, std::ptrdiff_t offset, std::intptr_t* out,
-                          int index) noexcept {
+PERCPU_ATTEMPT inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                                         std::intptr_t expect2, std::ptrdiff_t offset,
+                                         std::intptr_t* out, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_pop<decltype(field)::value>(off, v, expect, v2, expect2, offset, out,
@@ -140,8 +143,9 @@ inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t*
 /// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,
 /// or aborted / index_changed (retry).
 template <index_mode M, commit_order O = commit_order::relaxed>
-inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
-                                  std::intptr_t newv2, std::intptr_t newv, int index) noexcept {
+PERCPU_ATTEMPT inline status compare_store_store(std::intptr_t* v, std::intptr_t expect,
+                                                 std::intptr_t* v2, std::intptr_t newv2,
+                                                 std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_store_store<decltype(field)::value>(off, v, expect, v2, newv2, newv,
@@ -157,9 +161,9 @@ inline status compare_store_store(std::intptr_t* v, std::intptr_t expect, std::i
 /// aborts move the process to fallback mode (kMaxConsecutiveRetries). Returns committed,
 /// compare_failed, or aborted / index_changed (retry).
 template <index_mode M, commit_order O = commit_order::relaxed>
-inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
-                                   const void* src, std::size_t len, std::intptr_t newv,
-                                   int index) noexcept {
+PERCPU_ATTEMPT inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
+                                                  const void* src, std::size_t len,
+                                                  std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_memcpy_store<decltype(field)::value>(off, v, expect, dst, src, len,
@@ -180,6 +184,11 @@ inline constexpr unsigned kMaxConsecutiveRetries = 1000;
 /// which every attempt completes, so the loop always ends.
 template <index_mode M, class Attempt>
 inline status retry(Attempt&& attempt) noexcept {
+  static_assert(std::is_invocable_r_v<status, Attempt&, int> &&
+                    std::is_same_v<std::invoke_result_t<Attempt&, int>, status>,
+                "percpu::retry: the attempt must take the index (int) and return the "
+                "percpu::status of one operation, e.g. [&](int i) { return "
+                "percpu::add<M>(&slots[i], 1, i); }");
   for (unsigned retries = 0;; ++retries) {
     const status s = attempt(current_index<M>());
     if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;

@@ -1,6 +1,8 @@
 // percpu: userspace per-CPU data through restartable sequences (rseq). Umbrella header.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include "percpu/abi.h"
 #include "percpu/buffer.h"
 #include "percpu/counter.h"

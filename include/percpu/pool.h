@@ -3,6 +3,8 @@
 // per-CPU caches and the checks are pool_base's (pool_base.h).
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 #include <cstddef>
 #include <iterator>
 #include <stdexcept>

@@ -1,7 +1,18 @@
 // Outcome of one attempt at a per-CPU operation.
 #pragma once
 
+#include "percpu/config.h"  // first: the C++20 check
+
 namespace percpu {
+
+/// Marks a function that makes one attempt at a per-CPU operation: discarding its status is a
+/// compile-time warning (-Wunused-result), since an attempt that aborted stored nothing and an
+/// unchecked one silently loses its update. retry() is not marked: for add it always returns
+/// committed, and ignoring that is fine.
+#define PERCPU_ATTEMPT                                                               \
+  [[nodiscard(                                                                       \
+      "one attempt: it stores nothing when it does not commit; check the status or " \
+      "run it inside percpu::retry()")]]
 
 /// What one attempt at a per-CPU operation did.
 enum class status {
