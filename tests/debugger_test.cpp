@@ -152,7 +152,8 @@ bool set_pc(pid_t pid, std::uint64_t pc) {
 pid_t start_traced() {
   const pid_t pid = fork();
   if (pid == 0) {
-    alarm(120);
+    // Generous: under arm64 emulation (TCG) one single-step takes about 2 ms.
+    alarm(900);
     // Where ptrace is unavailable (qemu-user, a seccomp profile) the child must not stop
     // untraced: the parent's waitpid would never see it.
     if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) _exit(77);

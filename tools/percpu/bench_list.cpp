@@ -161,6 +161,7 @@ int bench_list(const bench_options& options) {
   if (!options.json_out.empty()) {
     nlohmann::json extra;
     extra["mode"] = reg.fallback ? "fallback" : "rseq";
+    extra["labels"] = contender_labels(kContenders);
     if (!write_json(options.json_out, "list", results, extra)) return 1;
   }
   return 0;

@@ -91,16 +91,22 @@ class progress {
     if (tty_) std::cerr << "\r\033[K" << std::flush;
   }
 
-  // Seconds left: the rest of this suite (from its own done/total when it reports one, else
-  // from its estimate) plus the estimates of the suites after it, all scaled by how the
-  // finished suites compared with their estimates.
+  // Seconds left: the rest of this suite plus the estimates of the suites after it, all scaled
+  // by how the finished suites compared with their estimates. The rest of this suite blends
+  // its estimate with its own rate (done/total steps, when it reports them), trusting the rate
+  // as more steps are done: the first steps of a suite are not typical of the rest, and a
+  // rate from them alone made the first figure jump by a minute within seconds.
   double seconds_left() const {
     const double scale = done_estimate_ > 0 ? done_actual_ / done_estimate_ : 1.0;
     double later = 0;
     for (std::size_t i = index_ + 1; i < estimates_.size(); ++i) later += estimates_[i];
     const double elapsed = since(suite_start_);
     double current = std::max(0.0, estimates_[index_] * scale - elapsed);
-    if (done_ >= 2 && total_ > done_) current = elapsed * (total_ - done_) / done_;
+    if (done_ >= 1 && total_ > done_) {
+      const double by_rate = elapsed * (total_ - done_) / done_;
+      const double trust = static_cast<double>(done_) / total_;
+      current = trust * by_rate + (1 - trust) * current;
+    }
     return current + later * scale;
   }
 
@@ -225,11 +231,14 @@ bool prepare_folder(const std::string& dir, const std::string& command) {
   for (const char* file : {"results.json", "plots.gp", "data"}) fs::remove(dir + "/" + file, ec);
   ec.clear();
   fs::create_directories(dir + "/raw", ec);
-  if (ec) return false;
-  std::ofstream md(dir + "/report.md");
-  md << "# percpu benchmark report\n\n`" << command
-     << "` is running, or was stopped before it finished: no results yet.\n";
-  return static_cast<bool>(md);
+  if (ec) {
+    std::cerr << "percpu bench: cannot write the report folder " << dir << ": " << ec.message()
+              << "\n";
+    return false;
+  }
+  return write_text_file(dir + "/report.md", "# percpu benchmark report\n\n`" + command +
+                                                 "` is running, or was stopped before it "
+                                                 "finished: no results yet.\n");
 }
 
 std::string command_line(const bench_options& options, const std::vector<std::string>& suites) {
@@ -290,10 +299,7 @@ int bench_report(const bench_options& options, const std::string& out_dir,
   for (const auto& s : kSuites)
     if (suites.empty() || std::find(suites.begin(), suites.end(), s.name) != suites.end())
       chosen.push_back(s);
-  if (!prepare_folder(out_dir, command_line(options, suites))) {
-    std::cerr << "percpu bench: cannot write the report folder " << out_dir << "\n";
-    return 1;
-  }
+  if (!prepare_folder(out_dir, command_line(options, suites))) return 1;  // it said why
   std::vector<double> estimates;
   double total = 0;
   for (const auto& s : chosen) total += estimates.emplace_back(estimate(s, options));
@@ -324,14 +330,10 @@ int bench_report(const bench_options& options, const std::string& out_dir,
       {"command", command_line(options, suites)}, {"seconds", seconds}, {"info", info}};
   for (const auto& r : runs)
     all["suites"][r.name] = {{"ok", r.ok}, {"seconds", r.seconds}, {"results", r.json}};
-  std::ofstream(out_dir + "/results.json") << all.dump(2) << "\n";
-  std::ofstream md(out_dir + "/report.md");
-  md << markdown(runs, plots, plot_error, info_text, info, command_line(options, suites), seconds);
-  if (!md) {
-    std::cerr << "percpu bench: cannot write " << out_dir << "/report.md\n";
+  if (!write_text_file(out_dir + "/results.json", all.dump(2) + "\n") ||
+      !write_text_file(out_dir + "/report.md", markdown(runs, plots, plot_error, info_text, info,
+                                                        command_line(options, suites), seconds)))
     return 1;
-  }
-  md.close();
 
   std::cout << "# Summary (" << out_dir << "/report.md)\n\n" << summary_table(runs) << "\n";
   int failed = 0;

@@ -34,8 +34,10 @@ std::string scaling_plot(const suite_run& run, const std::string& title, std::of
     threads.insert(r["threads"].get<int>());
     ns[name][r["threads"].get<int>()] = r["median_ns"].get<double>();
   }
+  // Each line as the suite's table names its column (older results have no labels).
+  const nlohmann::json labels = run.json.value("labels", nlohmann::json::object());
   data << "threads";
-  for (const auto& n : names) data << " " << quoted(n);
+  for (const auto& n : names) data << " " << quoted(labels.value(n, n));
   data << "\n";
   for (int t : threads) {
     data << t;

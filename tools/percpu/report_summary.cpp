@@ -292,12 +292,29 @@ std::string suite_sentence(const suite_run& run) {
   } else if (run.name == "pool") {
     if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
       const auto& last = j["resident_bytes_per_counter"].back();
-      return fmt::format(
+      std::string text = fmt::format(
           "Resident memory per 8-byte per-CPU counter: the pool keeps {:.0f} bytes at {} "
           "threads (its slots follow the indices in use), where cache-line-padded arrays take "
           "{:.0f} bytes sized by the possible CPUs and {:.0f} by CPU_SETSIZE.",
           last["pool_cpu_id"].get<double>(), last["threads"].get<int>(),
           last["padded_possible"].get<double>(), last["padded_cpu_setsize"].get<double>());
+      // Speed as the data show it, won or lost: allocate+free against the mutex free list.
+      const auto ours1 = median_ns(j, "percpu::pool (cpu_id)");
+      const auto theirs1 = median_ns(j, "mutex free list, not zeroed");
+      const int most = max_threads(j);
+      const auto oursn = median_ns(j, "percpu::pool (cpu_id)", most);
+      const auto theirsn = median_ns(j, "mutex free list, not zeroed", most);
+      auto compare = [](double ours, double theirs) {
+        return ours <= theirs ? fmt::format("{} faster than", times(theirs / ours))
+                              : fmt::format("{} slower than", times(ours / theirs));
+      };
+      if (ours1 && theirs1 && oursn && theirsn)
+        text += fmt::format(
+            " Allocate+free of a small object takes {} at 1 thread, {} the mutex-protected free "
+            "list ({}), and {} at {} threads, {} it ({}).",
+            ns(*ours1), compare(*ours1, *theirs1), ns(*theirs1), ns(*oursn), most,
+            compare(*oursn, *theirsn), ns(*theirsn));
+      return text;
     }
   } else if (run.name == "malloc") {
     if (j.contains("criteria") && j["criteria"].contains("service_throughput_ratio")) {
