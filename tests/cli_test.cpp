@@ -16,8 +16,8 @@ struct result {
   std::string out;
 };
 
-result run(const std::string& args) {
-  const std::string cmd = std::string(PERCPU_CLI_PATH) + " " + args + " 2>&1";
+// Runs a shell command line; returns its status and standard output.
+result shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   result r{-1, ""};
   if (p == nullptr) return r;
@@ -26,6 +26,11 @@ result run(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   r.status = pclose(p);
   return r;
+}
+
+// Runs the percpu command with `args`; standard error joins standard output.
+result run(const std::string& args) {
+  return shell(std::string(PERCPU_CLI_PATH) + " " + args + " 2>&1");
 }
 
 nlohmann::json info(const std::string& prefix = "") {
@@ -160,15 +165,10 @@ TEST(Cli, CommandLineConventions) {
 // Output that cannot be written is an error with its reason, found before long work where it
 // can be: standard output, --json files (a full device fails only when the file is closed).
 TEST(Cli, WriteErrorsAreReported) {
-  const std::string cli = PERCPU_CLI_PATH;
-  FILE* p = popen((cli + " info 2>&1 >/dev/full").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[1024];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_NE(pclose(p), 0);
-  EXPECT_NE(out.find("cannot write the output: No space left on device"), std::string::npos) << out;
+  const auto info = shell(std::string(PERCPU_CLI_PATH) + " info 2>&1 >/dev/full");
+  EXPECT_NE(info.status, 0);
+  EXPECT_NE(info.out.find("cannot write the output: No space left on device"), std::string::npos)
+      << info.out;
   const auto json = run("stress --structure counter --threads 2 --reps 100 --json /dev/full");
   EXPECT_EQ(json.status >> 8, 2) << json.out;
   EXPECT_NE(json.out.find("cannot write /dev/full: No space left on device"), std::string::npos)
