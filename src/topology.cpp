@@ -134,6 +134,14 @@ void size_index_spaces(topology& t) {
                  (t.kernel_cpu_limit > 0 ? " (the kernel's CPU mask size)"
                                          : " (the kernel's CPU mask size is unknown)");
   }
+  // A sysfs that lists more CPUs than the kernel accepts in a mask (a view of another machine,
+  // a bind-mounted file) would only waste memory: no id reaches the kernel's limit.
+  if (t.kernel_cpu_limit > 0 && bound > t.kernel_cpu_limit) {
+    t.mismatch = "sysfs lists CPU ids up to " + std::to_string(bound - 1) +
+                 ", beyond the kernel's limit; index spaces sized " +
+                 std::to_string(t.kernel_cpu_limit) + " (the kernel's CPU mask size)";
+    bound = t.kernel_cpu_limit;
+  }
   t.cpu_id_bound = bound;
   // mm_cid is below nr_cpu_ids too (and in practice below min(threads, allowed CPUs)).
   t.mm_cid_bound = bound;

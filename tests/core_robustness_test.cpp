@@ -97,6 +97,9 @@ TEST(IndexSpace, SizedFromEverySourceThatBoundsIt) {
       {{0}, {0}, {5}, "sysfs", 0, 6, true},                 // no kernel limit: what we saw
       {{0, 1}, {0, 1}, {0, 1}, "sysconf", 128, 128, true},  // no sysfs list at all
       {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 256, 256, false},
+      {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 0, 256, false},      // no limit: trust sysfs
+      {{0, 1, 2, 3}, {0, 1, 2, 3}, {0}, "sysfs", 0, 4, false},
+      {{0, 1, 1048575}, {0, 1}, {0, 1}, "sysfs", 64, 64, true},     // sysfs beyond the kernel
   };
   for (const row& w : rows) {
     percpu::topology t;

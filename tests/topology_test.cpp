@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <percpu/topology.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -51,8 +52,11 @@ TEST_F(FakeSysfs, SparsePossibleCpusSizeTheIndexSpaceByTheHighestId) {
   write("devices/system/node/possible", "0-1\n");
   const auto t = percpu::read_topology(root_.string());
   EXPECT_EQ(t.possible_cpus.size(), 6u);
-  EXPECT_EQ(t.cpu_id_bound, 256);
-  EXPECT_EQ(t.mm_cid_bound, 256);
+  // The highest id, 255, sizes the space, unless this machine's kernel accepts fewer CPU ids:
+  // then its limit does (IndexSpace.SizedFromEverySourceThatBoundsIt has both cases).
+  const int expected = t.kernel_cpu_limit > 0 ? std::min(256, t.kernel_cpu_limit) : 256;
+  EXPECT_EQ(t.cpu_id_bound, expected);
+  EXPECT_EQ(t.mm_cid_bound, expected);
   EXPECT_EQ(t.online_cpus.size(), 4u);
   EXPECT_EQ(t.nodes, (std::vector<int>{0, 1}));
   EXPECT_EQ(t.possible_source, "sysfs");

@@ -50,7 +50,8 @@ struct topology {
 /// Sizes the index spaces of `t` (cpu_id_bound, mm_cid_bound) from every source that bounds the
 /// CPU ids the kernel can report: the possible, online and allowed CPUs, and, when those
 /// disagree (an online or allowed CPU outside the possible list, or no sysfs list at all), the
-/// kernel's limit t.kernel_cpu_limit as well. Sets t.mismatch to say what disagreed.
+/// kernel's limit t.kernel_cpu_limit as well; never beyond that limit when it is known (no id
+/// the kernel reports reaches it). Sets t.mismatch to say what disagreed.
 PERCPU_API void size_index_spaces(topology& t);
 
 /// The kernel's limit on CPU ids, probed with the raw sched_getaffinity(2) system call, which
