@@ -172,7 +172,13 @@ int run(int argc, char** argv) {
   deny->add_option("command", command, "Command and arguments")->required();
   deny->prefix_command();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the message; --help and --version are successes. Every usage error exits 2,
+    // as percpu's own do (CLI11's codes, 105-109, would say nothing more).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   if (info->parsed()) {
     const auto j = percpu::cli::info_json();

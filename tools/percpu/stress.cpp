@@ -321,7 +321,7 @@ int run_stress(const stress_options& given) {
     return 2;
   }
   for (int p = 1; p <= 3; ++p) detail::g_inject_loops[p] = o.inject_loops;
-  if (!can_write(o.json_out)) return 2;  // before the runs, not after
+  if (!can_write(o.json_out)) return 1;  // before the runs, not after
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -362,7 +362,7 @@ int run_stress(const stress_options& given) {
         std::fflush(stdout);
         all.push_back(to_json(r));
       }
-  if (!o.json_out.empty() && !write_text_file(o.json_out, all.dump(2) + "\n")) return 2;
+  if (!o.json_out.empty() && !write_text_file(o.json_out, all.dump(2) + "\n")) return 1;
   fmt::print("{} runs, {} failed\n", all.size(), failed);
   return failed == 0 ? 0 : 1;
 }
