@@ -147,16 +147,18 @@ void size_index_spaces(topology& t) {
   t.mm_cid_bound = bound;
 }
 
-int probe_kernel_cpu_limit() noexcept {
+int probe_kernel_cpu_limit() {
   // The raw system call: glibc's wrapper hides the kernel's length rules. Lengths are in whole
   // longs; double until the kernel accepts one, then narrow down to the shortest it accepts.
-  static unsigned long mask[kMaxCpuId / 64];  // only written by the kernel, contents unused
-  auto accepts = [](std::size_t longs) {
-    return syscall(SYS_sched_getaffinity, 0, longs * sizeof(unsigned long), mask) > 0;
+  constexpr std::size_t kMaxLongs = kMaxCpuId / 64;
+  std::vector<unsigned long> mask;  // written by the kernel, contents unused
+  auto accepts = [&mask](std::size_t longs) {
+    mask.resize(longs);
+    return syscall(SYS_sched_getaffinity, 0, longs * sizeof(unsigned long), mask.data()) > 0;
   };
   std::size_t hi = 1;
   while (!accepts(hi)) {
-    if (errno != EINVAL || hi * 2 > sizeof(mask) / sizeof(mask[0])) return 0;
+    if (errno != EINVAL || hi * 2 > kMaxLongs) return 0;
     hi *= 2;
   }
   std::size_t lo = hi / 2;  // refused (or 0)

@@ -56,8 +56,9 @@ PERCPU_API void size_index_spaces(topology& t);
 
 /// The kernel's limit on CPU ids, probed with the raw sched_getaffinity(2) system call, which
 /// fails with EINVAL for a mask shorter than nr_cpu_ids bits: the smallest accepted mask, in
-/// bits (a multiple of 64). 0 when the probe fails (a seccomp filter, an emulator).
-PERCPU_API int probe_kernel_cpu_limit() noexcept;
+/// bits (a multiple of 64). 0 when the probe fails (a seccomp filter, an emulator). Throws
+/// std::bad_alloc.
+PERCPU_API int probe_kernel_cpu_limit();
 
 /// The topology of this machine, read on first call. Thread-safe.
 PERCPU_API const topology& machine_topology();
