@@ -35,7 +35,11 @@ seen observe(long tid, const std::vector<int>& cpus) {
   const char* p = std::strrchr(text, ')');
   if (p == nullptr || p[1] != ' ') return seen::maybe_on;
   const char state = p[2];
-  if (state != 'R') return seen::away;  // not running: left its CPU since any section began
+  // Not running: it left its CPU since any section began. (Strictly, a thread that set a sleep
+  // state and found its condition met returns without switching out; inside a section that
+  // needs a page fault that sleeps, within a few instructions of our read. Counting its
+  // context switches, /proc/TID/status, would close that window; see the README's limits.)
+  if (state != 'R') return seen::away;
   p += 2;                               // on the state
   for (int space = 0; space < kProcessorAfterState; ++space) {
     p = std::strchr(p + 1, ' ');
