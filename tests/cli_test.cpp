@@ -8,25 +8,12 @@
 #include <string>
 
 #include "expect.h"
+#include "shell.h"
 
 namespace {
 
-struct result {
-  int status;
-  std::string out;
-};
-
-// Runs a shell command line; returns its status and standard output.
-result shell(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  result r{-1, ""};
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  r.status = pclose(p);
-  return r;
-}
+using percpu::test::shell;
+using result = percpu::test::shell_result;
 
 // Runs the percpu command with `args`; standard error joins standard output.
 result run(const std::string& args) {

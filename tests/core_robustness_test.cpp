@@ -20,6 +20,7 @@
 #include "child.h"
 #include "expect.h"
 #include "pin.h"
+#include "shell.h"
 #include "sysfs_view.h"
 
 namespace {
@@ -36,6 +37,16 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// index_space_check's verdict: every count exact, in both index modes, and percpu malloc's
+// blocks intact.
+void expect_exact_counts(const percpu::test::view_run& r) {
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (const char* line : {"cpu_id: counter 1000 of 1000, list 100 of 100",
+                           "mm_cid: counter 1000 of 1000, list 100 of 100",
+                           "malloc: 2000 blocks allocated and freed intact"})
+    EXPECT_TRUE(contains(r.out, line)) << r.out;
+}
+
 // The reproduction: sysfs says the machine has CPU 0 only, the program runs on CPU 1.
 // Before the fix the counter read back 0 (its adds went past the single slot).
 TEST(IndexSpace, SysfsShowingFewerCpusThanTheKernelHas) {
@@ -43,9 +54,7 @@ TEST(IndexSpace, SysfsShowingFewerCpusThanTheKernelHas) {
   if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
   const auto r = run_in_sysfs_view("0", cpu, {PERCPU_INDEX_SPACE_CHECK_PATH});
   if (r.status == 77) GTEST_SKIP() << r.skip;
-  EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "cpu_id: counter 1000 of 1000, list 100 of 100")) << r.out;
-  EXPECT_TRUE(contains(r.out, "mm_cid: counter 1000 of 1000, list 100 of 100")) << r.out;
+  expect_exact_counts(r);
   // The affinity mask contradicts sysfs: the index spaces are sized by the kernel's limit, so
   // the thread keeps its rseq fast paths.
   EXPECT_TRUE(contains(r.out, "outside the possible CPUs")) << r.out;
@@ -62,9 +71,8 @@ TEST(IndexSpace, ACpuIdThatAppearsAfterStartupSwitchesToFallbackMode) {
   const auto r =
       run_in_sysfs_view("0", 0, {PERCPU_INDEX_SPACE_CHECK_PATH, "--move-to", std::to_string(cpu)});
   if (r.status == 77) GTEST_SKIP() << r.skip;
-  EXPECT_EQ(r.status, 0) << r.out;
+  expect_exact_counts(r);
   EXPECT_TRUE(contains(r.out, "index spaces 1/1, mismatch: none")) << r.out;
-  EXPECT_TRUE(contains(r.out, "cpu_id: counter 1000 of 1000, list 100 of 100")) << r.out;
   EXPECT_TRUE(contains(r.out, "mode fallback")) << r.out;
   if (percpu::test::expected_mode() != "fallback") {
     EXPECT_TRUE(contains(r.out, "outside the index space [0, 1)")) << r.out;
@@ -97,9 +105,9 @@ TEST(IndexSpace, SizedFromEverySourceThatBoundsIt) {
       {{0}, {0}, {5}, "sysfs", 0, 6, true},                 // no kernel limit: what we saw
       {{0, 1}, {0, 1}, {0, 1}, "sysconf", 128, 128, true},  // no sysfs list at all
       {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 256, 256, false},
-      {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 0, 256, false},      // no limit: trust sysfs
+      {{0, 1, 254, 255}, {0, 1}, {0}, "sysfs", 0, 256, false},  // no limit: trust sysfs
       {{0, 1, 2, 3}, {0, 1, 2, 3}, {0}, "sysfs", 0, 4, false},
-      {{0, 1, 1048575}, {0, 1}, {0, 1}, "sysfs", 64, 64, true},     // sysfs beyond the kernel
+      {{0, 1, 1048575}, {0, 1}, {0, 1}, "sysfs", 64, 64, true},  // sysfs beyond the kernel
   };
   for (const row& w : rows) {
     percpu::topology t;
@@ -238,16 +246,10 @@ TEST(RemoteDrain, StressInACpusetOfOneCpuWithoutMembarrier) {
   const std::string cmd = "echo $$ > " + cg.procs() + " && exec " + cli +
                           " deny-rseq --deny membarrier -- " + cli +
                           " stress --short --reps 3000 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  EXPECT_EQ(status, 0) << out;
-  EXPECT_TRUE(contains(out, "on 1 CPUs")) << out;
-  EXPECT_TRUE(contains(out, "14 runs, 0 failed")) << out;
+  const auto r = percpu::test::shell(cmd);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "on 1 CPUs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "14 runs, 0 failed")) << r.out;
 }
 
 }  // namespace
