@@ -52,6 +52,12 @@ void f() {
 CPP
 check void_attempt "percpu::retry: the attempt must take the index (int) and return" "-std=c++20"
 
+cat >"$dir/no_index.cpp" <<'CPP'
+#include <percpu/percpu.h>
+void f() { percpu::retry<percpu::index_mode::cpu_id>([&] { return percpu::status::committed; }); }
+CPP
+check no_index "percpu::retry: the attempt must take the index (int) and return" "-std=c++20"
+
 cat >"$dir/cxx17.cpp" <<'CPP'
 #include <percpu/percpu.h>
 CPP

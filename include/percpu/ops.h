@@ -172,6 +172,17 @@ PERCPU_ATTEMPT inline status compare_memcpy_store(std::intptr_t* v, std::intptr_
       [&] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
 }
 
+namespace detail {
+/// True when A is callable with an index (int) and returns a status: what retry() needs. False,
+/// rather than a hard error inside std::invoke_result, when A cannot take an int at all, so
+/// that retry()'s static_assert gives its message first.
+template <class A, class = void>
+struct is_attempt : std::false_type {};
+template <class A>
+struct is_attempt<A, std::enable_if_t<std::is_invocable_v<A&, int>>>
+    : std::is_same<std::invoke_result_t<A&, int>, status> {};
+}  // namespace detail
+
 /// Consecutive aborts/index changes after which retry() moves the process to fallback mode (see
 /// detail::enter_fallback). Reached only when something keeps aborting every attempt, such as a
 /// debugger single-stepping through a section; preemption and signal storms abort a few
@@ -184,8 +195,7 @@ inline constexpr unsigned kMaxConsecutiveRetries = 1000;
 /// which every attempt completes, so the loop always ends.
 template <index_mode M, class Attempt>
 inline status retry(Attempt&& attempt) noexcept {
-  static_assert(std::is_invocable_r_v<status, Attempt&, int> &&
-                    std::is_same_v<std::invoke_result_t<Attempt&, int>, status>,
+  static_assert(detail::is_attempt<Attempt>::value,
                 "percpu::retry: the attempt must take the index (int) and return the "
                 "percpu::status of one operation, e.g. [&](int i) { return "
                 "percpu::add<M>(&slots[i], 1, i); }");
