@@ -1,19 +1,10 @@
 #include "bench_runner.h"
 
-#include <cstring>
-
-#include <cstdio>
-
-#include <cerrno>
-
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -205,23 +196,6 @@ nlohmann::json contender_labels(const std::vector<contender>& contenders) {
   nlohmann::json labels = nlohmann::json::object();
   for (const contender& c : contenders) labels[c.name] = c.label;
   return labels;
-}
-
-bool can_write(const std::string& path) {
-  if (path.empty()) return true;
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (f != nullptr && std::fclose(f) == 0) return true;
-  std::cerr << "percpu: cannot write " << path << ": " << std::strerror(errno) << "\n";
-  return false;
-}
-
-bool write_text_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  bool ok = f != nullptr;
-  if (ok) ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr && std::fclose(f) != 0) ok = false;
-  if (!ok) std::cerr << "percpu: cannot write " << path << ": " << std::strerror(errno) << "\n";
-  return ok;
 }
 
 bool write_json(const std::string& path, const std::string& suite,

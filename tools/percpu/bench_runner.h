@@ -2,6 +2,8 @@
 // suite can print ratios measured side by side in one run.
 #pragma once
 
+#include "output_file.h"  // can_write, write_text_file: every suite uses them
+
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -109,15 +111,6 @@ struct ratio_column {
 void print_thread_table(const std::vector<bench_result>& results, const std::vector<int>& threads,
                         const std::vector<contender>& columns, const char* base,
                         const std::vector<ratio_column>& ratios);
-
-/// Checks before a long run that `path` (if not empty) can be written; prints why not (with the
-/// system's reason).
-bool can_write(const std::string& path);
-
-/// Writes `text` to `path`, replacing it. Returns false after printing why (with the system's
-/// reason) when it cannot, including a failure seen only when the file is closed (a full disk,
-/// /dev/full).
-bool write_text_file(const std::string& path, const std::string& text);
 
 /// Finds a result by name and thread count; nullptr if that benchmark did not run.
 const bench_result* find_result(const std::vector<bench_result>& results, const std::string& name,

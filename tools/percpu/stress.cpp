@@ -3,7 +3,7 @@
 // indices, sched_yield in the workers, and a fork in the middle; then checks conservation.
 #include "stress.h"
 
-#include "bench_runner.h"
+#include "output_file.h"
 
 #include <fmt/core.h>
 #include <pthread.h>
