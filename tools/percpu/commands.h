@@ -28,6 +28,9 @@ struct bench_options {
 /// `percpu bench getcpu`: returns the process exit status.
 int bench_getcpu(const bench_options& options);
 
+/// `percpu bench ops`: returns the process exit status.
+int bench_ops(const bench_options& options);
+
 /// `percpu bench counter`: returns the process exit status.
 int bench_counter(const bench_options& options);
 

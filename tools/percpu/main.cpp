@@ -85,6 +85,10 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember(suite_names));
   auto* getcpu = bench->add_subcommand(
       "getcpu", "Cost of asking for the current CPU: percpu vs glibc, vDSO, system call, insns");
+  auto* ops = bench->add_subcommand(
+      "ops",
+      "Every per-CPU primitive, both index modes, 1 and N threads: percpu vs a hand-written "
+      "minimal rseq sequence, librseq (when built with it) and atomic instructions");
   auto* counter = bench->add_subcommand(
       "counter", "A counter incremented by 1-256 threads: percpu vs atomics, locks, thread_local");
 
@@ -112,7 +116,7 @@ int run(int argc, char** argv) {
       "What registering rseq costs context switches: hackbench and perf bench sched with "
       "registration off, glibc's and percpu's, alternating; plus bytes per thread and code size");
   // The suite's options may come after its name too (percpu bench getcpu --quick).
-  for (CLI::App* suite : {getcpu, counter, list, pool, malloc_suite, context_switch})
+  for (CLI::App* suite : {getcpu, ops, counter, list, pool, malloc_suite, context_switch})
     suite->fallthrough();
 
   auto* stress = app.add_subcommand(
@@ -201,6 +205,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
+  if (ops->parsed()) return percpu::cli::bench_ops(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);

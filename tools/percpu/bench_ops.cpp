@@ -1,0 +1,388 @@
+// `percpu bench ops`: each per-CPU primitive of percpu, in both index modes, at 1 thread and at
+// one thread per allowed CPU, side by side with the same operation written three other ways: a
+// hand-written minimal rseq sequence (the limit), librseq's (when percpu was built with it), and
+// atomic instructions on the same per-CPU slots (what code without rseq does). Every contender
+// runs once per round and the rounds alternate, so drift of a noisy machine spreads over all of
+// them; the table gives medians, their spread, and percpu's ratio to each.
+#include <fmt/core.h>
+#include <sched.h>
+
+#include <percpu/percpu.h>
+#include <algorithm>
+#include <array>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "bench_ops.h"
+#include "bench_runner.h"
+#include "commands.h"
+
+namespace percpu::cli {
+namespace {
+
+const char* primitive_name(op_primitive p) {
+  switch (p) {
+    case op_primitive::current_cpu:
+      return "current_cpu, non-inlined call";
+    case op_primitive::current_mm_cid:
+      return "current_mm_cid, non-inlined call";
+    case op_primitive::counter_add:
+      return "counter add";
+    case op_primitive::lock_unlock:
+      return "spinlock lock+unlock";
+    case op_primitive::list_pop_push:
+      return "list pop+push";
+    case op_primitive::buffer_push_pop:
+      return "buffer push+pop";
+    case op_primitive::memcpy16:
+      return "memcpy buffer push+pop, 16 B";
+    case op_primitive::memcpy64:
+      return "memcpy buffer push+pop, 64 B";
+    case op_primitive::pool_alloc_free:
+      return "pool alloc+free, 8 B";
+  }
+  return "?";
+}
+
+const char* who_name(op_who w) {
+  switch (w) {
+    case op_who::percpu:
+      return "percpu";
+    case op_who::minimal:
+      return "minimal";
+    case op_who::baseline:
+      return "atomic";
+    case op_who::librseq:
+      return "librseq";
+  }
+  return "?";
+}
+
+std::string bench_name(const op_contender& c) {
+  return fmt::format("{}/{}/{}", primitive_name(c.primitive), to_string(c.mode), who_name(c.who));
+}
+
+// ---- percpu's contenders -------------------------------------------------------------------
+
+struct list_item {
+  list_item* next;
+  char pad[56];
+};
+
+struct record16 {
+  std::intptr_t word[2];
+};
+struct record64 {
+  std::intptr_t word[8];
+};
+
+// The structures of one index mode, built once for the whole run.
+template <index_mode M>
+struct percpu_side {
+  static inline counter<std::intptr_t, M>* count;
+  static inline spinlock<M>* lock;
+  static inline freelist<list_item, &list_item::next, M, false>* list;
+  static inline std::vector<list_item>* items;
+  static inline buffer<int*, M, false>* ptrs;
+  static inline memcpy_buffer<record16, M>* records16;
+  static inline memcpy_buffer<record64, M>* records64;
+  static inline pool<M>* objects;
+
+  static void add_one() { count->add(1); }
+  static void lock_unlock() { lock->unlock(lock->lock()); }
+  static void pop_push() {
+    if (list_item* it = list->pop()) list->push(it);
+  }
+  static void buffer_push_pop() {
+    static int dummy;
+    if (ptrs->push(&dummy)) ptrs->pop();
+  }
+  template <class R, memcpy_buffer<R, M>** B>
+  static void memcpy_push_pop() {
+    R record{{1}};
+    if ((*B)->push(record)) (*B)->pop(record);
+  }
+  static void alloc_free() {
+    percpu_ptr<std::intptr_t, M> p = objects->template allocate<std::intptr_t>();
+    objects->free(p);
+  }
+
+  // Empties every index's list, then gives each kPrefill items (a run's threads may have left
+  // items on any index).
+  static void refill_lists() {
+    for (int i = 0; i < list->slots(); ++i) list->drain(i);
+    for (int i = 0; i < list->slots(); ++i)
+      for (int k = 0; k < kPrefill; ++k) list->push(&(*items)[i * kPrefill + k]);
+  }
+
+  static void build(int slots) {
+    count = new counter<std::intptr_t, M>();
+    lock = new spinlock<M>();
+    list = new freelist<list_item, &list_item::next, M, false>();
+    items = new std::vector<list_item>(static_cast<std::size_t>(slots) * kPrefill);
+    ptrs = new buffer<int*, M, false>(kBufferCapacity);
+    records16 = new memcpy_buffer<record16, M>(kBufferCapacity);
+    records64 = new memcpy_buffer<record64, M>(kBufferCapacity);
+    objects = new pool<M>();
+  }
+
+  static void add_rows(std::vector<op_contender>& out) {
+    const op_who w = op_who::percpu;
+    out.push_back({op_primitive::counter_add, M, w, op_loop<add_one>, {}});
+    out.push_back({op_primitive::lock_unlock, M, w, op_loop<lock_unlock>, {}});
+    out.push_back({op_primitive::list_pop_push, M, w, op_loop<pop_push>, refill_lists});
+    out.push_back({op_primitive::buffer_push_pop, M, w, op_loop<buffer_push_pop>, {}});
+    out.push_back(
+        {op_primitive::memcpy16, M, w, op_loop<memcpy_push_pop<record16, &records16>>, {}});
+    out.push_back(
+        {op_primitive::memcpy64, M, w, op_loop<memcpy_push_pop<record64, &records64>>, {}});
+    out.push_back({op_primitive::pool_alloc_free, M, w, op_loop<alloc_free>, {}});
+  }
+};
+
+[[gnu::noinline]] int percpu_cpu() {
+  return current_cpu();
+}
+[[gnu::noinline]] int percpu_mm_cid() {
+  return current_mm_cid();
+}
+
+// ---- the atomic baseline: the same per-CPU slots, updated with atomic instructions -------
+
+struct region {
+  alignas(64) std::intptr_t word[512];  // word 0: counter, lock or head; from word 8: entries
+};
+
+template <index_mode M>
+struct atomic_side {
+  static inline region* regions;
+  static inline std::vector<list_item>* items;
+
+  static std::intptr_t* words() { return regions[current_index<M>()].word; }
+  // A per-index lock taken with an atomic exchange (word 1), around each pop, push and copy.
+  static void lock(std::intptr_t* r) {
+    while (__atomic_exchange_n(&r[1], 1, __ATOMIC_ACQUIRE) != 0) PERCPU_CPU_RELAX();
+  }
+  static void unlock(std::intptr_t* r) { __atomic_store_n(&r[1], 0, __ATOMIC_RELEASE); }
+
+  static void add_one() { __atomic_fetch_add(&words()[0], 1, __ATOMIC_RELAXED); }
+  static void lock_unlock() {
+    std::intptr_t* r = words();
+    std::intptr_t free = 0;
+    while (
+        !__atomic_compare_exchange_n(&r[0], &free, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+      free = 0;
+      PERCPU_CPU_RELAX();
+    }
+    __atomic_store_n(&r[0], 0, __ATOMIC_RELEASE);
+  }
+  static void pop_push() {
+    std::intptr_t* r = words();
+    lock(r);
+    auto* it = reinterpret_cast<list_item*>(r[0]);
+    if (it) r[0] = reinterpret_cast<std::intptr_t>(it->next);
+    unlock(r);
+    if (!it) return;
+    r = words();
+    lock(r);
+    it->next = reinterpret_cast<list_item*>(r[0]);
+    r[0] = reinterpret_cast<std::intptr_t>(it);
+    unlock(r);
+  }
+  template <std::size_t Words>
+  static void push_pop() {
+    std::intptr_t record[Words] = {1};
+    std::intptr_t* r = words();
+    lock(r);
+    const bool pushed = r[0] < kBufferCapacity;
+    if (pushed) std::copy_n(record, Words, &r[8 + r[0]++ * Words]);
+    unlock(r);
+    if (!pushed) return;
+    r = words();
+    lock(r);
+    if (r[0] > 0) std::copy_n(&r[8 + --r[0] * Words], Words, record);
+    unlock(r);
+  }
+  static void reset() {
+    for (int i = 0; i < index_space<M>(); ++i) regions[i].word[0] = regions[i].word[1] = 0;
+  }
+  static void refill_lists() {
+    for (int i = 0; i < index_space<M>(); ++i) {
+      regions[i].word[0] = regions[i].word[1] = 0;
+      for (int k = 0; k < kPrefill; ++k) {
+        list_item* it = &(*items)[i * kPrefill + k];
+        it->next = reinterpret_cast<list_item*>(regions[i].word[0]);
+        regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
+      }
+    }
+  }
+
+  static void build(int slots) {
+    regions = new region[static_cast<std::size_t>(slots)]();
+    items = new std::vector<list_item>(static_cast<std::size_t>(slots) * kPrefill);
+  }
+
+  static void add_rows(std::vector<op_contender>& out) {
+    const op_who w = op_who::baseline;
+    out.push_back({op_primitive::counter_add, M, w, op_loop<add_one>, reset});
+    out.push_back({op_primitive::lock_unlock, M, w, op_loop<lock_unlock>, reset});
+    out.push_back({op_primitive::list_pop_push, M, w, op_loop<pop_push>, refill_lists});
+    out.push_back({op_primitive::buffer_push_pop, M, w, op_loop<push_pop<1>>, reset});
+    out.push_back({op_primitive::memcpy16, M, w, op_loop<push_pop<2>>, reset});
+    out.push_back({op_primitive::memcpy64, M, w, op_loop<push_pop<8>>, reset});
+  }
+};
+
+[[gnu::noinline]] int glibc_sched_getcpu() {
+  return sched_getcpu();
+}
+
+std::vector<op_contender> percpu_and_atomic_contenders(int slots) {
+  std::vector<op_contender> out;
+  percpu_side<index_mode::cpu_id>::build(slots);
+  percpu_side<index_mode::mm_cid>::build(index_space<index_mode::mm_cid>());
+  atomic_side<index_mode::cpu_id>::build(slots);
+  atomic_side<index_mode::mm_cid>::build(index_space<index_mode::mm_cid>());
+  out.push_back(
+      {op_primitive::current_cpu, index_mode::cpu_id, op_who::percpu, op_loop<percpu_cpu>, {}});
+  out.push_back({op_primitive::current_cpu,
+                 index_mode::cpu_id,
+                 op_who::baseline,
+                 op_loop<glibc_sched_getcpu>,
+                 {}});
+  out.push_back({op_primitive::current_mm_cid,
+                 index_mode::mm_cid,
+                 op_who::percpu,
+                 op_loop<percpu_mm_cid>,
+                 {}});
+  percpu_side<index_mode::cpu_id>::add_rows(out);
+  percpu_side<index_mode::mm_cid>::add_rows(out);
+  atomic_side<index_mode::cpu_id>::add_rows(out);
+  atomic_side<index_mode::mm_cid>::add_rows(out);
+  return out;
+}
+
+// ---- the table -----------------------------------------------------------------------------
+
+constexpr std::array<op_who, 4> kColumns = {op_who::percpu, op_who::minimal, op_who::librseq,
+                                            op_who::baseline};
+constexpr std::array<op_primitive, 9> kRows = {
+    op_primitive::current_cpu, op_primitive::current_mm_cid, op_primitive::counter_add,
+    op_primitive::lock_unlock, op_primitive::list_pop_push,  op_primitive::buffer_push_pop,
+    op_primitive::memcpy16,    op_primitive::memcpy64,       op_primitive::pool_alloc_free};
+
+const bench_result* find(const std::vector<bench_result>& results, op_primitive p, index_mode m,
+                         op_who w, int threads) {
+  op_contender key{p, m, w, {}, {}};
+  return find_result(results, bench_name(key), threads);
+}
+
+std::string cell(const bench_result* r) {
+  return r ? fmt::format("{:.2f}{}", r->median_ns, r->noisy() ? "~" : "") : "-";
+}
+
+std::string ratio(const bench_result* ours, const bench_result* other) {
+  return ours && other ? fmt::format("{:.2f}x", ours->median_ns / other->median_ns) : "-";
+}
+
+void print_table(const std::vector<bench_result>& results, int threads) {
+  fmt::print("{} thread{}\n", threads, threads == 1 ? "" : "s");
+  fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}\n", "primitive", "mode",
+             "percpu", "minimal", "librseq", "atomic", "/minimal", "/librseq", "spread");
+  bool noisy = false;
+  for (index_mode m : {index_mode::cpu_id, index_mode::mm_cid}) {
+    for (op_primitive p : kRows) {
+      const bench_result* ours = find(results, p, m, op_who::percpu, threads);
+      if (!ours) continue;
+      const bench_result* minimal = find(results, p, m, op_who::minimal, threads);
+      const bench_result* lib = find(results, p, m, op_who::librseq, threads);
+      const bench_result* base = find(results, p, m, op_who::baseline, threads);
+      for (const bench_result* r : {ours, minimal, lib, base}) noisy = noisy || (r && r->noisy());
+      fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6}%\n", primitive_name(p),
+                 to_string(m), cell(ours), cell(minimal), cell(lib), cell(base),
+                 ratio(ours, minimal), ratio(ours, lib), ours->spread_percent());
+    }
+  }
+  if (noisy) fmt::print("~ marks results whose rounds varied by more than 20%\n");
+  fmt::print("\n");
+}
+
+// The worst ratio of percpu to `other` over the rows at `threads`, with its row.
+struct worst_ratio {
+  double value = 0;
+  std::string row;
+};
+worst_ratio worst(const std::vector<bench_result>& results, op_who other, int threads) {
+  worst_ratio w;
+  for (index_mode m : {index_mode::cpu_id, index_mode::mm_cid})
+    for (op_primitive p : kRows) {
+      const bench_result* ours = find(results, p, m, op_who::percpu, threads);
+      const bench_result* theirs = find(results, p, m, other, threads);
+      if (!ours || !theirs) continue;
+      const double r = ours->median_ns / theirs->median_ns;
+      if (r > w.value) w = {r, fmt::format("{} ({})", primitive_name(p), to_string(m))};
+    }
+  return w;
+}
+
+}  // namespace
+
+int bench_ops(const bench_options& options) {
+  if (!can_write(options.json_out)) return 1;
+  const registration_info reg = registration();
+  const int slots = index_space<index_mode::cpu_id>();
+  const int cpus = static_cast<int>(machine_topology().allowed_cpus.size());
+  std::vector<op_contender> contenders = percpu_and_atomic_contenders(slots);
+  std::string minimal_missing, librseq_missing;
+  for (auto& c : minimal_contenders(slots, minimal_missing)) contenders.push_back(std::move(c));
+  for (auto& c : librseq_contenders(slots, librseq_missing)) contenders.push_back(std::move(c));
+
+  // Rounds alternate the contenders: each registers once per round, as its own benchmark of one
+  // repetition; the runner gathers the rounds' samples under one name.
+  const bench_plan plan = make_plan(options, {7, 0.1}, {3, 0.03});
+  std::vector<int> thread_counts = {1};
+  if (cpus > 1) thread_counts.push_back(cpus);
+  for (int round = 0; round < plan.repetitions; ++round)
+    for (int threads : thread_counts)
+      for (const op_contender& c : contenders)
+        register_throughput(bench_name(c), threads, {1, plan.min_time_s}, c.body, c.before_run);
+  const auto results = run_registered("ops");
+
+  fmt::print(
+      "percpu bench ops: wall-clock ns per operation of the whole process, median of {} rounds "
+      "that alternate the contenders (mode: {}, area: {}, {} CPUs)\n"
+      "  minimal: a hand-written rseq sequence, the shortest that does the operation{}\n"
+      "  librseq: {}\n"
+      "  atomic: atomic instructions on the same per-CPU slots (current_cpu: glibc's "
+      "sched_getcpu)\n"
+      "  /minimal, /librseq: percpu's time over theirs; spread: (max - min) / median of "
+      "percpu's rounds\n\n",
+      plan.repetitions, reg.fallback ? "fallback" : "rseq", to_string(reg.owner), cpus,
+      minimal_missing.empty() ? "" : " (" + minimal_missing + ")",
+      librseq_missing.empty() ? "its operations, as its own tests write them" : librseq_missing);
+  for (int threads : thread_counts) print_table(results, threads);
+  for (op_who other : {op_who::minimal, op_who::librseq}) {
+    const worst_ratio w = worst(results, other, 1);
+    if (w.value > 0)
+      fmt::print("at 1 thread percpu takes at most {:.2f}x {}'s time ({})\n", w.value,
+                 who_name(other), w.row);
+  }
+  std::fflush(stdout);
+
+  if (!options.json_out.empty()) {
+    nlohmann::json extra;
+    extra["mode"] = reg.fallback ? "fallback" : "rseq";
+    extra["area"] = to_string(reg.owner);
+    extra["minimal_missing"] = minimal_missing;
+    extra["librseq_missing"] = librseq_missing;
+    nlohmann::json labels = nlohmann::json::object();
+    for (const op_contender& c : contenders) labels[bench_name(c)] = who_name(c.who);
+    extra["labels"] = labels;
+    if (!write_json(options.json_out, "ops", results, extra)) return 1;
+  }
+  return 0;
+}
+
+}  // namespace percpu::cli

@@ -1,0 +1,75 @@
+// `percpu bench ops`: every per-CPU primitive, side by side with what an expert would write
+// instead. The contenders of one primitive share this description; each implementation file
+// (bench_ops.cpp: percpu and the atomic baseline; bench_ops_minimal.cpp: hand-written minimal
+// rseq sequences; bench_ops_librseq.cpp: librseq, when it was found at build time) fills the
+// operations it has.
+#pragma once
+
+#include <percpu/cpu.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_runner.h"
+
+namespace percpu::cli {
+
+/// The primitives the suite measures, one row each (per index mode).
+enum class op_primitive {
+  current_cpu,      ///< the CPU number through a non-inlined call
+  current_mm_cid,   ///< the concurrency id through a non-inlined call
+  counter_add,      ///< add 1 to the calling thread's slot
+  lock_unlock,      ///< take and release the calling thread's per-CPU lock
+  list_pop_push,    ///< pop an item from the calling thread's list and push it back
+  buffer_push_pop,  ///< push a pointer onto the calling thread's buffer and pop it
+  memcpy16,         ///< push a 16-byte record by copy and pop it
+  memcpy64,         ///< the same with 64 bytes
+  pool_alloc_free,  ///< allocate an 8-byte per-CPU object and free it
+};
+
+/// Who implements a contender: a column of the table.
+enum class op_who { percpu, minimal, baseline, librseq };
+
+/// One contender: the loop one thread runs (operations until `stop`, returning how many), and
+/// what to do before each repetition's threads start (refill lists, say), if anything.
+struct op_contender {
+  op_primitive primitive;
+  index_mode mode;
+  op_who who;
+  std::function<std::uint64_t(int thread, const std::atomic<bool>& stop)> body;
+  std::function<void()> before_run;
+};
+
+/// One operation of a contender, in a function of its own: not inlined into the loop, and
+/// starting on a 64-byte boundary, so every contender's code has the same placement. (Inlined
+/// into the loop, the placement of the loop in the binary alone moved single results by up to
+/// 2x on our CPUs, more than the differences this suite measures.)
+template <auto Op>
+[[gnu::noinline, gnu::aligned(64)]] void call_op() {
+  Op();
+}
+
+/// The loop of one thread of a contender: call_op<Op>() until `stop` (bench_runner.h's
+/// run_until).
+template <auto Op>
+std::uint64_t op_loop(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { call_op<Op>(); });
+}
+
+/// Items in each index's list or buffer before a run, so that pops find one even when threads
+/// of one CPU interleave.
+inline constexpr int kPrefill = 32;
+/// Entries per index of the buffers (pointers or records).
+inline constexpr int kBufferCapacity = 64;
+
+/// The hand-written minimal sequences (x86-64; empty elsewhere, with `why_not` saying so): read
+/// the index, arm, compare, commit, nothing else. `slots` is the index space.
+std::vector<op_contender> minimal_contenders(int slots, std::string& why_not);
+
+/// librseq's operations (when percpu was built with librseq; else empty, with `why_not`).
+std::vector<op_contender> librseq_contenders(int slots, std::string& why_not);
+
+}  // namespace percpu::cli

@@ -1,0 +1,240 @@
+// librseq's side of `percpu bench ops`: each primitive written the way librseq's own tests and
+// benchmarks write it (tests/param_test.c: rseq_cpu_start() or rseq_current_mm_cid() for the
+// index, then one rseq_load_* operation, retried until it commits), and its mempool for the
+// per-CPU objects. Built only when CMake found librseq (pkg-config `librseq`).
+#include "bench_ops.h"
+
+#include <percpu/percpu.h>
+
+#if defined(PERCPU_HAVE_LIBRSEQ)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wvolatile"  // librseq's C macros assign through volatile
+#include <rseq/mempool.h>
+#include <rseq/rseq.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+
+namespace percpu::cli {
+namespace {
+
+struct region {
+  alignas(64) std::intptr_t word[512];  // as bench_ops_minimal.cpp's regions
+};
+region* g_regions;
+int g_slots;
+
+struct list_item {
+  list_item* next;
+  char pad[56];
+};
+list_item* g_items;
+rseq_mempool* g_mempool;
+
+void refill_lists() {
+  for (int i = 0; i < g_slots; ++i) {
+    g_regions[i].word[0] = 0;
+    for (int k = 0; k < kPrefill; ++k) {
+      list_item* it = &g_items[i * kPrefill + k];
+      it->next = reinterpret_cast<list_item*>(g_regions[i].word[0]);
+      g_regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
+    }
+  }
+}
+
+void clear_regions() {
+  for (int i = 0; i < g_slots; ++i) g_regions[i].word[0] = 0;
+}
+
+// The index as librseq's tests take it: cpu_id_start (never negative, no check) or mm_cid.
+template <rseq_percpu_mode P>
+int index_now() {
+  return P == RSEQ_PERCPU_CPU_ID ? static_cast<int>(rseq_cpu_start())
+                                 : static_cast<int>(rseq_current_mm_cid());
+}
+
+[[gnu::noinline]] int librseq_cpu() {
+  return static_cast<int>(rseq_current_cpu());
+}
+[[gnu::noinline]] int librseq_mm_cid() {
+  return static_cast<int>(rseq_current_mm_cid());
+}
+
+template <rseq_percpu_mode P>
+void add_one() {
+  for (;;) {
+    const int i = index_now<P>();
+    if (rseq_load_add_store__ptr(RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 1, i) == 0) return;
+  }
+}
+
+template <rseq_percpu_mode P>
+void lock_unlock() {
+  int i;
+  for (;;) {
+    i = index_now<P>();
+    if (rseq_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 0, 1, i) == 0) break;
+  }
+  rseq_smp_store_release(&g_regions[i].word[0], 0);
+}
+
+template <rseq_percpu_mode P>
+void pop_push() {
+  std::intptr_t item = 0;
+  for (;;) {
+    const int i = index_now<P>();
+    const int r = rseq_load_cbeq_store_add_load_store__ptr(
+        RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 0, offsetof(list_item, next), &item, i);
+    if (r == 0) break;
+    if (r > 0) return;  // empty
+  }
+  for (;;) {
+    const int i = index_now<P>();
+    std::intptr_t* head = &g_regions[i].word[0];
+    const std::intptr_t h = RSEQ_READ_ONCE(*head);
+    reinterpret_cast<list_item*>(item)->next = reinterpret_cast<list_item*>(h);
+    if (rseq_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, head, h, item, i) == 0) return;
+  }
+}
+
+template <rseq_percpu_mode P>
+void buffer_push_pop() {
+  static int dummy;
+  const auto value = reinterpret_cast<std::intptr_t>(&dummy);
+  for (;;) {
+    const int i = index_now<P>();
+    std::intptr_t* r = g_regions[i].word;
+    const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
+    if (n == kBufferCapacity) break;
+    if (rseq_load_cbne_store_store__ptr(RSEQ_MO_RELEASE, P, &r[0], n, &r[8 + n], value, n + 1, i) ==
+        0)
+      break;
+  }
+  for (;;) {
+    const int i = index_now<P>();
+    std::intptr_t* r = g_regions[i].word;
+    const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
+    if (n == 0) return;
+    const std::intptr_t v = RSEQ_READ_ONCE(r[8 + n - 1]);
+    if (rseq_load_cbne_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, &r[0], n, &r[8 + n - 1], v, n - 1,
+                                            i) == 0)
+      return;
+  }
+}
+
+template <rseq_percpu_mode P, std::size_t Bytes>
+void memcpy_push_pop() {
+  constexpr std::size_t kWords = Bytes / 8;
+  std::intptr_t record[kWords] = {1};
+  std::intptr_t out[kWords];
+  for (;;) {
+    const int i = index_now<P>();
+    std::intptr_t* r = g_regions[i].word;
+    const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
+    if (n == kBufferCapacity) break;
+    if (rseq_load_cbne_memcpy_store__ptr(RSEQ_MO_RELEASE, P, &r[0], n, &r[8 + n * kWords], record,
+                                         Bytes, n + 1, i) == 0)
+      break;
+  }
+  for (;;) {
+    const int i = index_now<P>();
+    std::intptr_t* r = g_regions[i].word;
+    const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
+    if (n == 0) return;
+    if (rseq_load_cbne_memcpy_store__ptr(RSEQ_MO_RELAXED, P, &r[0], n, out,
+                                         &r[8 + (n - 1) * kWords], Bytes, n - 1, i) == 0)
+      return;
+  }
+}
+
+void mempool_alloc_free() {
+  void __rseq_percpu* p = rseq_mempool_percpu_zmalloc(g_mempool);
+  rseq_mempool_percpu_free(p);
+}
+
+// librseq must know each thread before its first operation: with glibc's area this only
+// checks that glibc registered it.
+template <auto Op>
+std::uint64_t registered_loop(int thread, const std::atomic<bool>& stop) {
+  rseq_register_current_thread();
+  return op_loop<Op>(thread, stop);
+}
+
+template <rseq_percpu_mode P>
+void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
+  const op_who w = op_who::librseq;
+  out.push_back({op_primitive::counter_add, m, w, registered_loop<add_one<P>>, clear_regions});
+  out.push_back({op_primitive::lock_unlock, m, w, registered_loop<lock_unlock<P>>, clear_regions});
+  out.push_back({op_primitive::list_pop_push, m, w, registered_loop<pop_push<P>>, refill_lists});
+  out.push_back(
+      {op_primitive::buffer_push_pop, m, w, registered_loop<buffer_push_pop<P>>, clear_regions});
+  out.push_back(
+      {op_primitive::memcpy16, m, w, registered_loop<memcpy_push_pop<P, 16>>, clear_regions});
+  out.push_back(
+      {op_primitive::memcpy64, m, w, registered_loop<memcpy_push_pop<P, 64>>, clear_regions});
+}
+
+}  // namespace
+
+std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
+  const registration_info reg = registration();
+  if (reg.owner != area_owner::glibc) {
+    // Only one area can be registered per thread: librseq and percpu would each want their own.
+    why_not = reg.owner == area_owner::percpu
+                  ? "not comparable here: glibc's registration is off, so percpu registered its "
+                    "own area, and librseq would need its own too (one area per thread)"
+                  : "no rseq area is registered (fallback mode)";
+    return {};
+  }
+  if (rseq_register_current_thread() != 0) {
+    why_not = "librseq could not use glibc's rseq area";
+    return {};
+  }
+  g_slots = slots;
+  g_regions = new region[static_cast<std::size_t>(slots)]();
+  g_items = new list_item[static_cast<std::size_t>(slots) * kPrefill]();
+  rseq_mempool_attr* attr = rseq_mempool_attr_create();
+  rseq_mempool_attr_set_percpu(attr, RSEQ_MEMPOOL_STRIDE, slots);
+  g_mempool = rseq_mempool_create("percpu bench ops", sizeof(std::intptr_t), attr);
+  rseq_mempool_attr_destroy(attr);
+
+  std::vector<op_contender> out;
+  out.push_back({op_primitive::current_cpu,
+                 index_mode::cpu_id,
+                 op_who::librseq,
+                 registered_loop<librseq_cpu>,
+                 {}});
+  add_mode_rows<RSEQ_PERCPU_CPU_ID>(out, index_mode::cpu_id);
+  if (g_mempool != nullptr)
+    out.push_back({op_primitive::pool_alloc_free,
+                   index_mode::cpu_id,
+                   op_who::librseq,
+                   registered_loop<mempool_alloc_free>,
+                   {}});
+  if (rseq_mm_cid_available()) {
+    out.push_back({op_primitive::current_mm_cid,
+                   index_mode::mm_cid,
+                   op_who::librseq,
+                   registered_loop<librseq_mm_cid>,
+                   {}});
+    add_mode_rows<RSEQ_PERCPU_MM_CID>(out, index_mode::mm_cid);
+  }
+  return out;
+}
+
+}  // namespace percpu::cli
+
+#else
+
+namespace percpu::cli {
+
+std::vector<op_contender> librseq_contenders(int, std::string& why_not) {
+  why_not =
+      "librseq not found when percpu was built (pkg-config librseq; the README says how to "
+      "build it from its source)";
+  return {};
+}
+
+}  // namespace percpu::cli
+
+#endif
