@@ -26,7 +26,9 @@ namespace detail {
 /// which commits. Returns false, storing nothing, when that stack is full; waits while a remote
 /// drain has the count closed. Async-signal-safe.
 template <index_mode M, class Words>
-bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexcept {
+[[gnu::noinline, gnu::cold]] bool stack_push_cold(Words words, std::size_t capacity,
+                                                  std::intptr_t value, status fast) noexcept {
+  count_fast_attempt(fast);
   for (;;) {
     bool full = false, closed = false;
     const status s = retry<M>([&](int index) {
@@ -46,11 +48,33 @@ bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexce
   }
 }
 
-/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`.
-/// Returns false when it is empty. The entry is compared as well as the count: a pop and a
-/// push of another value in between would leave the count as it was. Async-signal-safe.
+/// Pushes `value` onto the per-index stack whose words are at `words(index)` (word 0 the count,
+/// words 1..capacity the entries) for the calling thread's current index, in one critical
+/// section: the entry above the count is stored first (nobody reads it yet), then the count,
+/// which commits. Returns false, storing nothing, when that stack is full; waits while a remote
+/// drain has the count closed. Async-signal-safe. `words` is copied to the slow path: capture
+/// by value.
 template <index_mode M, class Words>
-bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
+inline bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexcept {
+  int index;
+  status s = status::compare_failed;  // no attempt
+  if (PERCPU_LIKELY(try_current_index<M>(index))) {
+    std::intptr_t* r = words(index);
+    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+    // A closed count (kCountClosed set) is above every capacity too.
+    if (PERCPU_LIKELY(n < static_cast<std::intptr_t>(capacity))) {
+      s = compare_store_store<M, commit_order::release, rseq_only>(&r[0], n, &r[1 + n], value,
+                                                                   n + 1, index);
+      if (PERCPU_LIKELY(s == status::committed)) return true;
+    }
+  }
+  return stack_push_cold<M>(words, capacity, value, s);
+}
+
+template <index_mode M, class Words>
+[[gnu::noinline, gnu::cold]] bool stack_pop_cold(Words words, std::intptr_t& out,
+                                                 status fast) noexcept {
+  count_fast_attempt(fast);
   for (;;) {
     bool empty = false, closed = false;
     std::intptr_t v = 0;
@@ -70,6 +94,30 @@ bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
     if (empty) return false;
     if (closed) wait_for_remote();
   }
+}
+
+/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`.
+/// Returns false when it is empty. The entry is compared as well as the count: a pop and a
+/// push of another value in between would leave the count as it was. Async-signal-safe.
+template <index_mode M, class Words>
+inline bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
+  int index;
+  status s = status::compare_failed;  // no attempt
+  if (PERCPU_LIKELY(try_current_index<M>(index))) {
+    std::intptr_t* r = words(index);
+    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+    // Empty (0) and closed (kCountClosed set) both fail this test.
+    if (PERCPU_LIKELY(static_cast<std::uintptr_t>(n - 1) <
+                      static_cast<std::uintptr_t>(kCountClosed - 1))) {
+      const std::intptr_t v = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
+      s = compare_compare_store<M, rseq_only>(&r[0], n, &r[n], v, n - 1, index);
+      if (PERCPU_LIKELY(s == status::committed)) {
+        out = v;
+        return true;
+      }
+    }
+  }
+  return stack_pop_cold<M>(words, out, s);
 }
 
 /// The loop of the bulk stack operations: on the calling thread's stack (words(index)), runs
@@ -178,7 +226,7 @@ class buffer {
       if (!detail::checked_insert(p))
         throw std::logic_error("percpu::buffer::push: pointer is already stored (double push)");
     }
-    if (detail::stack_push<M>([&](int index) { return words(index); }, capacity_,
+    if (detail::stack_push<M>([this](int index) { return words(index); }, capacity_,
                               reinterpret_cast<std::intptr_t>(p)))
       return true;
     if constexpr (Checked) detail::checked_erase(p);
@@ -188,7 +236,7 @@ class buffer {
   /// Pops the most recently pushed pointer of the calling thread's buffer; nullptr when empty.
   P pop() noexcept {
     std::intptr_t p = 0;
-    if (!detail::stack_pop<M>([&](int index) { return words(index); }, p)) return nullptr;
+    if (!detail::stack_pop<M>([this](int index) { return words(index); }, p)) return nullptr;
     if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
     return reinterpret_cast<P>(p);
   }

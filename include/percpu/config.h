@@ -13,6 +13,10 @@
 #define PERCPU_API __attribute__((visibility("default")))
 #endif
 
+/// For the critical sections and the layers that wrap them: they must be inlined into the
+/// caller's fast path (an out-of-line section costs a call and its register saves).
+#define PERCPU_ALWAYS_INLINE inline __attribute__((always_inline))
+
 #define PERCPU_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PERCPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -36,7 +36,13 @@ class counter {
   /// Adds `n` to the calling thread's slot.
   void add(T n) noexcept {
     const auto delta = static_cast<std::intptr_t>(n);
-    retry<M>([&](int index) { return percpu::add<M>(&slots_[index], delta, index); });
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      s = percpu::add<M, detail::rseq_only>(&slots_[index], delta, index);
+      if (PERCPU_LIKELY(s == status::committed)) return;
+    }
+    add_cold(delta, s);
   }
 
   /// Subtracts `n` (adds its two's complement).
@@ -69,6 +75,12 @@ class counter {
   int slots() const noexcept { return slots_.size(); }
 
  private:
+  // add() after its one fast attempt did not commit: the full loop, fallback mode included.
+  [[gnu::noinline, gnu::cold]] void add_cold(std::intptr_t delta, status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    retry<M>([this, delta](int index) { return percpu::add<M>(&slots_[index], delta, index); });
+  }
+
   slot_array<std::intptr_t> slots_;
 };
 

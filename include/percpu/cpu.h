@@ -37,6 +37,26 @@ namespace detail {
 inline bool in_bound(std::int32_t id, std::uint32_t bound) noexcept {
   return static_cast<std::uint32_t>(id) < bound;
 }
+
+/// The fast path of current_cpu(), without its slow path: sets `cpu` and returns true when the
+/// area holds a cpu_id inside the index space; false otherwise (not initialized, thread not
+/// registered, fallback mode from the start, an id beyond the index space).
+inline bool try_current_cpu(int& cpu) noexcept {
+  const std::intptr_t off = g_hot.rseq_offset;
+  if (PERCPU_UNLIKELY(off == 0)) return false;
+  cpu = arch::load_area_i32<abi::kOffCpuId>(off);
+  return in_bound(cpu, g_hot.cpu_id_bound);
+}
+
+/// The fast path of current_mm_cid(), likewise (false also where mm_cid is not usable).
+inline bool try_current_mm_cid(int& cid) noexcept {
+  const std::intptr_t off = g_hot.rseq_offset;
+  if (PERCPU_UNLIKELY(off == 0 || !g_hot.mm_cid_usable)) return false;
+  // cpu_id first: an unregistered area holds mm_cid 0, a valid-looking id.
+  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(off) < 0)) return false;
+  cid = arch::load_area_i32<abi::kOffMmCid>(off);
+  return in_bound(cid, g_hot.mm_cid_bound);
+}
 }  // namespace detail
 
 /// The CPU the calling thread runs on, in [0, machine_topology().cpu_id_bound).
@@ -48,11 +68,8 @@ inline bool in_bound(std::int32_t id, std::uint32_t bound) noexcept {
 /// reduced into the index space, so the result always indexes per-CPU data safely. Never
 /// negative. Async-signal-safe.
 inline int current_cpu() noexcept {
-  const std::intptr_t off = detail::g_hot.rseq_offset;
-  if (PERCPU_LIKELY(off != 0)) {
-    const std::int32_t cpu = arch::load_area_i32<abi::kOffCpuId>(off);
-    if (PERCPU_LIKELY(detail::in_bound(cpu, detail::g_hot.cpu_id_bound))) return cpu;
-  }
+  int cpu;
+  if (PERCPU_LIKELY(detail::try_current_cpu(cpu))) return cpu;
   return detail::current_cpu_slow();
 }
 
@@ -77,13 +94,8 @@ inline int current_node() noexcept {
 /// Two loads from the area on the fast path (cpu_id, then mm_cid); an id beyond the index space
 /// is handled as in current_cpu(). Never negative.
 inline int current_mm_cid() noexcept {
-  const std::intptr_t off = detail::g_hot.rseq_offset;
-  if (PERCPU_LIKELY(off != 0 && detail::g_hot.mm_cid_usable)) {
-    if (PERCPU_LIKELY(arch::load_area_i32<abi::kOffCpuId>(off) >= 0)) {
-      const std::int32_t cid = arch::load_area_i32<abi::kOffMmCid>(off);
-      if (PERCPU_LIKELY(detail::in_bound(cid, detail::g_hot.mm_cid_bound))) return cid;
-    }
-  }
+  int cid;
+  if (PERCPU_LIKELY(detail::try_current_mm_cid(cid))) return cid;
   return detail::current_mm_cid_slow();
 }
 
@@ -96,6 +108,18 @@ inline int current_index() noexcept {
     return current_mm_cid();
   }
 }
+
+namespace detail {
+/// The fast path of current_index<M>(): try_current_cpu() or try_current_mm_cid().
+template <index_mode M>
+inline bool try_current_index(int& index) noexcept {
+  if constexpr (M == index_mode::cpu_id) {
+    return try_current_cpu(index);
+  } else {
+    return try_current_mm_cid(index);
+  }
+}
+}  // namespace detail
 
 /// A CPU and the NUMA node it belongs to, read together.
 struct cpu_node {

@@ -58,37 +58,31 @@ class freelist {
       if (!detail::checked_insert(item))
         throw std::logic_error("percpu::freelist::push: item is already in a list (double push)");
     }
-    for (;;) {
-      int at = 0;
-      const status s = retry<M>([&](int index) {
-        at = index;
-        slot& sl = slots_[index];
-        const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
-        item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
-        return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen,
-                                        reinterpret_cast<std::intptr_t>(item), index);
-      });
-      if (s == status::committed) return;
-      wait_if_closed(at);  // the head moved under us, or a drain closed the list
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      slot& sl = slots_[index];
+      const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
+      item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
+      s = compare_compare_store<M, detail::rseq_only>(&sl.head, head, &sl.gate, kOpen,
+                                                      reinterpret_cast<std::intptr_t>(item), index);
+      if (PERCPU_LIKELY(s == status::committed)) return;
     }
+    push_cold(item, s);
   }
 
   /// Pops the most recently pushed item of the calling thread's list; nullptr when it is empty.
   T* pop() noexcept {
-    for (;;) {
-      int at = 0;
-      std::intptr_t item = 0;
-      const status s = retry<M>([&](int index) {
-        at = index;
-        slot& sl = slots_[index];
-        return compare_pop<M>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
-      });
-      if (s == status::committed) {
-        if constexpr (Checked) detail::checked_erase(reinterpret_cast<T*>(item));
-        return reinterpret_cast<T*>(item);
-      }
-      if (!wait_if_closed(at)) return nullptr;  // open and empty
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      slot& sl = slots_[index];
+      std::intptr_t item;
+      s = compare_pop<M, detail::rseq_only>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item,
+                                            index);
+      if (PERCPU_LIKELY(s == status::committed)) return popped(item);
     }
+    return pop_cold(s);
   }
 
   /// Detaches the calling thread's whole list and returns its first item (follow Link to the
@@ -151,6 +145,45 @@ class freelist {
   }
 
  private:
+  // push() and pop() after their one fast attempt did not commit (the head moved, the list is
+  // empty or closed, an abort, fallback mode): the full loops.
+  [[gnu::noinline, gnu::cold]] void push_cold(T* item, status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    for (;;) {
+      int at = 0;
+      const status s = retry<M>([&](int index) {
+        at = index;
+        slot& sl = slots_[index];
+        const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
+        item->*Link = reinterpret_cast<T*>(head);
+        return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen,
+                                        reinterpret_cast<std::intptr_t>(item), index);
+      });
+      if (s == status::committed) return;
+      wait_if_closed(at);  // the head moved under us, or a drain closed the list
+    }
+  }
+
+  [[gnu::noinline, gnu::cold]] T* pop_cold(status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    for (;;) {
+      int at = 0;
+      std::intptr_t item = 0;
+      const status s = retry<M>([&](int index) {
+        at = index;
+        slot& sl = slots_[index];
+        return compare_pop<M>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+      });
+      if (s == status::committed) return popped(item);
+      if (!wait_if_closed(at)) return nullptr;  // open and empty
+    }
+  }
+
+  static T* popped(std::intptr_t item) noexcept {
+    if constexpr (Checked) detail::checked_erase(reinterpret_cast<T*>(item));
+    return reinterpret_cast<T*>(item);
+  }
+
   static constexpr std::intptr_t kOpen = 0;
   static constexpr std::intptr_t kClosed = 1;
 

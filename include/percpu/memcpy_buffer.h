@@ -54,43 +54,40 @@ class memcpy_buffer {
   /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
   /// is full.
   bool push(const T& record) noexcept {
-    for (;;) {
-      bool full = false, closed = false;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* count = count_of(index);
-        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        full = n == static_cast<std::intptr_t>(capacity_);
-        if (closed || full) return status::compare_failed;
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      std::intptr_t* count = count_of(index);
+      const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+      // A closed count (kCountClosed set) is above the capacity too.
+      if (PERCPU_LIKELY(n < static_cast<std::intptr_t>(capacity_))) {
         // Record n is above the count: nobody reads it until the count store publishes it.
-        return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n),
-                                                              &record, sizeof(T), n + 1, index);
-      });
-      if (s == status::committed) return true;
-      if (full) return false;
-      if (closed) detail::wait_for_remote();
+        s = compare_memcpy_store<M, commit_order::release, detail::rseq_only>(
+            count, n, record_of(index, n), &record, sizeof(T), n + 1, index);
+        if (PERCPU_LIKELY(s == status::committed)) return true;
+      }
     }
+    return push_cold(record, s);
   }
 
   /// Copies the most recently pushed record of the calling thread's buffer into `out` and
   /// removes it. Returns false, leaving `out` unspecified, when the buffer is empty.
   bool pop(T& out) noexcept {
-    for (;;) {
-      bool empty = false, closed = false;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* count = count_of(index);
-        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        empty = n == 0;
-        if (closed || empty) return status::compare_failed;
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      std::intptr_t* count = count_of(index);
+      const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+      // Empty (0) and closed (kCountClosed set) both fail this test.
+      if (PERCPU_LIKELY(static_cast<std::uintptr_t>(n - 1) <
+                        static_cast<std::uintptr_t>(detail::kCountClosed - 1))) {
         // The copy into `out` may happen in attempts that abort; only the count store commits.
-        return compare_memcpy_store<M>(count, n, &out, record_of(index, n - 1), sizeof(T), n - 1,
-                                       index);
-      });
-      if (s == status::committed) return true;
-      if (empty) return false;
-      if (closed) detail::wait_for_remote();
+        s = compare_memcpy_store<M, commit_order::relaxed, detail::rseq_only>(
+            count, n, &out, record_of(index, n - 1), sizeof(T), n - 1, index);
+        if (PERCPU_LIKELY(s == status::committed)) return true;
+      }
     }
+    return pop_cold(out, s);
   }
 
   /// pop() returning the record, or std::nullopt when the buffer is empty.
@@ -148,6 +145,46 @@ class memcpy_buffer {
       throw std::invalid_argument("percpu::memcpy_buffer: capacity " + std::to_string(capacity) +
                                   " outside [1, " + std::to_string(kMaxCapacity) + "]");
     return capacity;
+  }
+
+  // push() and pop() after their one fast attempt did not commit (full, empty, closed, an
+  // abort, fallback mode): the full loops.
+  [[gnu::noinline, gnu::cold]] bool push_cold(const T& record, status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    for (;;) {
+      bool full = false, closed = false;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* count = count_of(index);
+        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        full = n == static_cast<std::intptr_t>(capacity_);
+        if (closed || full) return status::compare_failed;
+        return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n),
+                                                              &record, sizeof(T), n + 1, index);
+      });
+      if (s == status::committed) return true;
+      if (full) return false;
+      if (closed) detail::wait_for_remote();
+    }
+  }
+
+  [[gnu::noinline, gnu::cold]] bool pop_cold(T& out, status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    for (;;) {
+      bool empty = false, closed = false;
+      const status s = retry<M>([&](int index) {
+        std::intptr_t* count = count_of(index);
+        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+        closed = (n & detail::kCountClosed) != 0;
+        empty = n == 0;
+        if (closed || empty) return status::compare_failed;
+        return compare_memcpy_store<M>(count, n, &out, record_of(index, n - 1), sizeof(T), n - 1,
+                                       index);
+      });
+      if (s == status::committed) return true;
+      if (empty) return false;
+      if (closed) detail::wait_for_remote();
+    }
   }
 
   // Region of `index`: the count word, then capacity records of kRecordStride bytes.

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "percpu/arch/ops.h"
 #include "percpu/cpu.h"
@@ -33,6 +34,26 @@ namespace detail {
 template <index_mode M>
 inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
 
+/// How an operation behaves outside rseq mode. with_fallback (the default): it runs the atomic
+/// fallback, so one call always does the operation in any mode. rseq_only: it reports
+/// index_changed instead, for a structure's fast path whose slow path (a full retry() loop)
+/// does the rest; that path then makes no call at all.
+struct with_fallback {};
+struct rseq_only {};
+
+/// The part of dispatch() off the fast path: the process is not in rseq mode (not initialized
+/// yet, fallback mode from the start, or a switch since). Runs `fallback_op()` once fallback
+/// operations may run, or reports index_changed (just initialized in rseq mode: retry).
+/// Out of line, so that the fast path that inlines dispatch() makes no call.
+///
+/// `fallback_op` comes by value (the operation's arguments, captured by value), so the fast path
+/// keeps them in registers: a closure passed by reference would have to live in memory.
+template <class FallbackOp>
+[[gnu::noinline, gnu::cold]] status dispatch_cold(FallbackOp fallback_op) noexcept {
+  if (prepare_fallback()) return fallback_op();
+  return status::index_changed;
+}
+
 /// Runs `rseq_op(offset, field)` with the area offset and the field mode M compares (cpu_id
 /// when the kernel lacks mm_cid), or `fallback_op()` when the process is not in rseq mode.
 ///
@@ -42,8 +63,10 @@ inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId
 /// read after an abort too: under a debugger that single-steps or stops at a breakpoint inside
 /// the section, every attempt aborts before it reaches the section's own mode check, and once
 /// retry() has switched the process to fallback mode the operation must complete there.
-template <index_mode M, class RseqOp, class FallbackOp>
-inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
+template <index_mode M, class Policy, class RseqOp, class FallbackOp>
+PERCPU_ALWAYS_INLINE status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
+  static_assert(std::is_same_v<Policy, with_fallback> || std::is_same_v<Policy, rseq_only>,
+                "percpu: the policy of an operation is detail::with_fallback or rseq_only");
   const std::intptr_t off = g_hot.rseq_offset;
   if (PERCPU_LIKELY(off != 0)) {
     status s;
@@ -56,12 +79,13 @@ inline status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
     } else {
       s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
     }
+    if constexpr (std::is_same_v<Policy, rseq_only>) return s;
     if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
     if (PERCPU_LIKELY(__atomic_load_n(&g_hot.fallback, __ATOMIC_RELAXED) == kRseqMode)) return s;
   }
+  if constexpr (std::is_same_v<Policy, rseq_only>) return status::index_changed;
   // No area (not initialized, or fallback mode from the start), or the mode has changed.
-  if (prepare_fallback()) return fallback_op();
-  return status::index_changed;  // just initialized in rseq mode: the caller retries
+  return dispatch_cold(std::forward<FallbackOp>(fallback_op));
 }
 
 }  // namespace detail
@@ -73,85 +97,89 @@ enum class commit_order { relaxed, release };
 
 /// add: *v += count on `index`'s slot, as one commit.
 /// Returns committed, or aborted / index_changed (nothing stored: retry).
-template <index_mode M>
-PERCPU_ATTEMPT inline status add(std::intptr_t* v, std::intptr_t count, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status add(std::intptr_t* v, std::intptr_t count,
+                                               int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::add<decltype(field)::value>(off, v, count, index);
       },
-      [&] { return detail::fallback_add(v, count); });
+      [=] { return detail::fallback_add(v, count); });
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
 /// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
-template <index_mode M>
-PERCPU_ATTEMPT inline status compare_store(std::intptr_t* v, std::intptr_t expect,
-                                           std::intptr_t newv, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t* v, std::intptr_t expect,
+                                                         std::intptr_t newv, int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_store<decltype(field)::value>(off, v, expect, newv, index);
       },
-      [&] { return detail::fallback_compare_store(v, expect, newv); });
+      [=] { return detail::fallback_compare_store(v, expect, newv); });
 }
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
 /// Returns committed, compare_failed (nothing stored), or aborted / index_changed (retry).
-template <index_mode M>
-PERCPU_ATTEMPT inline status compare_compare_store(std::intptr_t* v, std::intptr_t expect,
-                                                   std::intptr_t* v2, std::intptr_t expect2,
-                                                   std::intptr_t newv, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status
+compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
+                      std::intptr_t expect2, std::intptr_t newv, int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_compare_store<decltype(field)::value>(off, v, expect, v2, expect2,
                                                                    newv, index);
       },
-      [&] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
+      [=] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
 }
 
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(intptr_t*)(*v + offset) }.
 /// `v` is a list head, `offset` the byte offset of the next pointer inside an item, `expect`
 /// the empty value (normally 0). Returns committed (*out = the popped item), compare_failed
 /// (the head equals expect: empty), or aborted / index_changed (retry).
-template <index_mode M>
-PERCPU_ATTEMPT inline status pop(std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
-                                 std::intptr_t* out, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status pop(std::intptr_t* v, std::intptr_t expect,
+                                               std::ptrdiff_t offset, std::intptr_t* out,
+                                               int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::pop<decltype(field)::value>(off, v, expect, offset, out, index);
       },
-      [&] { return detail::fallback_pop(v, expect, offset, out); });
+      [=] { return detail::fallback_pop(v, expect, offset, out); });
 }
 
 /// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next },
 /// where next = *(intptr_t*)(*v + offset). pop() with a second word that must hold a value
 /// (a gate a remote drainer closes, see freelist.h). Returns committed (*out = the popped item),
 /// compare_failed (*v2 != expect2, or the list is empty), or aborted / index_changed (retry).
-template <index_mode M>
-PERCPU_ATTEMPT inline status compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
-                                         std::intptr_t expect2, std::ptrdiff_t offset,
-                                         std::intptr_t* out, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t* v, std::intptr_t expect,
+                                                       std::intptr_t* v2, std::intptr_t expect2,
+                                                       std::ptrdiff_t offset, std::intptr_t* out,
+                                                       int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_pop<decltype(field)::value>(off, v, expect, v2, expect2, offset, out,
                                                          index);
       },
-      [&] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
+      [=] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
 }
 
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }. The store to v2 may
 /// also happen in attempts that abort, so v2 must be memory nobody reads before the commit
 /// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,
 /// or aborted / index_changed (retry).
-template <index_mode M, commit_order O = commit_order::relaxed>
-PERCPU_ATTEMPT inline status compare_store_store(std::intptr_t* v, std::intptr_t expect,
-                                                 std::intptr_t* v2, std::intptr_t newv2,
-                                                 std::intptr_t newv, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, commit_order O = commit_order::relaxed,
+          class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status
+compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2, std::intptr_t newv2,
+                    std::intptr_t newv, int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_store_store<decltype(field)::value>(off, v, expect, v2, newv2, newv,
                                                                  index);
       },
-      [&] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
+      [=] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
 }
 
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. The copy may
@@ -160,16 +188,19 @@ PERCPU_ATTEMPT inline status compare_store_store(std::intptr_t* v, std::intptr_t
 /// a copy that outlasts a scheduler tick aborts on every preemption, and enough consecutive
 /// aborts move the process to fallback mode (kMaxConsecutiveRetries). Returns committed,
 /// compare_failed, or aborted / index_changed (retry).
-template <index_mode M, commit_order O = commit_order::relaxed>
-PERCPU_ATTEMPT inline status compare_memcpy_store(std::intptr_t* v, std::intptr_t expect, void* dst,
-                                                  const void* src, std::size_t len,
-                                                  std::intptr_t newv, int index) noexcept {
-  return detail::dispatch<M>(
+template <index_mode M, commit_order O = commit_order::relaxed,
+          class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t* v,
+                                                                std::intptr_t expect, void* dst,
+                                                                const void* src, std::size_t len,
+                                                                std::intptr_t newv,
+                                                                int index) noexcept {
+  return detail::dispatch<M, Policy>(
       [&](std::intptr_t off, auto field) {
         return arch::compare_memcpy_store<decltype(field)::value>(off, v, expect, dst, src, len,
                                                                   newv, index);
       },
-      [&] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
+      [=] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
 }
 
 namespace detail {
@@ -189,27 +220,72 @@ struct is_attempt<A, std::enable_if_t<std::is_invocable_v<A&, int>>>
 /// attempts at most.
 inline constexpr unsigned kMaxConsecutiveRetries = 1000;
 
+namespace detail {
+/// Counts the failure of a structure's fast attempt (aborted or index_changed; nothing for
+/// committed or compare_failed) before its slow path retries, so that this_thread_stats() sees
+/// every abort, fast path or not. Pass compare_failed when no attempt was made.
+inline void count_fast_attempt(status s) noexcept {
+  if (s == status::aborted) {
+    note_abort();
+  } else if (s == status::index_changed) {
+    note_index_change();
+  }
+}
+
+/// How retry() hands its attempt to the cold path: a copy when it can be copied, else a
+/// reference.
+template <class A>
+using cold_copy_t = std::conditional_t<std::is_copy_constructible_v<std::decay_t<A>>,
+                                       std::decay_t<A>, std::remove_reference_t<A>&>;
+
+/// retry()'s loop after an attempt that did not complete (`first`), or when the fast read of
+/// the index failed (`attempted` false): counts, reads the index again (slow path included),
+/// and switches to fallback mode after kMaxConsecutiveRetries. Out of line and cold, so that
+/// the fast path of retry() makes no call and saves no register.
+///
+/// `attempt` comes by value when it can be copied (a closure of values and references), so the
+/// fast path keeps what it captured in registers; otherwise by reference.
+template <index_mode M, class Attempt>
+[[gnu::noinline, gnu::cold]] status retry_cold(Attempt attempt, bool attempted,
+                                               status first) noexcept {
+  status s = first;
+  for (unsigned retries = 0;; ++retries) {
+    if (attempted) {
+      if (s == status::aborted) {
+        note_abort();
+      } else {
+        note_index_change();
+      }
+      if (PERCPU_UNLIKELY(retries + 1 == kMaxConsecutiveRetries))
+        enter_fallback("a critical section aborted 1000 times in a row (debugger?)");
+    }
+    s = attempt(current_index<M>());
+    if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
+    attempted = true;
+  }
+}
+}  // namespace detail
+
 /// Runs `attempt(index)` with the calling thread's current index until it returns committed or
 /// compare_failed, and returns that. Counts aborts and index changes (this_thread_stats()).
 /// After kMaxConsecutiveRetries consecutive retries it switches the process to fallback mode, in
 /// which every attempt completes, so the loop always ends.
+///
+/// The fast path is the index read from the area and one attempt; everything else (the getcpu
+/// cache's slow path, counting, retrying) is in detail::retry_cold().
 template <index_mode M, class Attempt>
 inline status retry(Attempt&& attempt) noexcept {
   static_assert(detail::is_attempt<Attempt>::value,
                 "percpu::retry: the attempt must take the index (int) and return the "
                 "percpu::status of one operation, e.g. [&](int i) { return "
                 "percpu::add<M>(&slots[i], 1, i); }");
-  for (unsigned retries = 0;; ++retries) {
-    const status s = attempt(current_index<M>());
+  int index;
+  if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    const status s = attempt(index);
     if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
-    if (s == status::aborted) {
-      detail::note_abort();
-    } else {
-      detail::note_index_change();
-    }
-    if (PERCPU_UNLIKELY(retries + 1 == kMaxConsecutiveRetries))
-      detail::enter_fallback("a critical section aborted 1000 times in a row (debugger?)");
+    return detail::retry_cold<M, detail::cold_copy_t<Attempt>>(attempt, true, s);
   }
+  return detail::retry_cold<M, detail::cold_copy_t<Attempt>>(attempt, false, status::index_changed);
 }
 
 }  // namespace percpu

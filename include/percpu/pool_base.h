@@ -195,12 +195,12 @@ class PERCPU_API pool_base {
            (cls * 2 + static_cast<std::size_t>(which)) * (1 + kCacheDepth);
   }
   bool cache_pop(std::size_t cls, int which, std::intptr_t& out) noexcept {
-    auto words = [&](int index) { return cache_words(index, cls, which); };
+    auto words = [this, cls, which](int index) { return cache_words(index, cls, which); };
     return mode_ == index_mode::cpu_id ? detail::stack_pop<index_mode::cpu_id>(words, out)
                                        : detail::stack_pop<index_mode::mm_cid>(words, out);
   }
   bool cache_push(std::size_t cls, int which, std::intptr_t p) noexcept {
-    auto words = [&](int index) { return cache_words(index, cls, which); };
+    auto words = [this, cls, which](int index) { return cache_words(index, cls, which); };
     return mode_ == index_mode::cpu_id
                ? detail::stack_push<index_mode::cpu_id>(words, kCacheDepth, p)
                : detail::stack_push<index_mode::mm_cid>(words, kCacheDepth, p);

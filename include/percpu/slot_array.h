@@ -125,9 +125,13 @@ class slot_array {
     return count;
   }
   void check(int index) const {
-    if (index < 0 || index >= count_)
-      throw std::out_of_range("percpu::slot_array: index " + std::to_string(index) +
-                              " outside [0, " + std::to_string(count_) + ")");
+    if (PERCPU_UNLIKELY(static_cast<unsigned>(index) >= static_cast<unsigned>(count_)))
+      throw_out_of_range(index);
+  }
+  // Out of line: the message is built only when thrown, and callers' fast paths stay small.
+  [[noreturn, gnu::noinline, gnu::cold]] void throw_out_of_range(int index) const {
+    throw std::out_of_range("percpu::slot_array: index " + std::to_string(index) + " outside [0, " +
+                            std::to_string(count_) + ")");
   }
 
   int count_;

@@ -38,37 +38,33 @@ class spinlock {
   /// another thread holds it (yielding the CPU after a short spin, so a holder that was
   /// preempted on this CPU can run).
   int lock() noexcept {
-    for (unsigned spins = 0;; ++spins) {
-      const int index = try_lock();
-      if (index >= 0) return index;
-      if (spins < 64) {
-        PERCPU_CPU_RELAX();
-      } else {
-        sched_yield();
-      }
-    }
+    const int index = try_lock();
+    if (PERCPU_LIKELY(index >= 0)) return index;
+    return lock_cold();
   }
 
   /// Takes the lock of the calling thread's current index if it is free: returns the index, or
   /// -1 when another thread holds it.
   int try_lock() noexcept {
-    int taken = -1;
-    const status s = retry<M>([&](int index) {
-      taken = index;
-      return compare_store<M>(&locks_[index], 0, 1, index);
-    });
-    return s == status::committed ? taken : -1;
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      s = compare_store<M, detail::rseq_only>(&locks_[index], 0, 1, index);
+      if (PERCPU_LIKELY(s == status::committed)) return index;
+      if (s == status::compare_failed) return -1;
+    }
+    return try_lock_cold(s);
   }
 
-  /// Releases the lock of `index` (the value lock() returned), from any CPU.
+  /// Releases the lock of `index` (the value lock() returned), from any CPU: one release store.
   /// Throws std::out_of_range for an index outside the index space and std::logic_error when
-  /// that lock is not held; nothing changes then.
+  /// that lock is not held; nothing changes then. (A second unlock that races with the holder's
+  /// own unlock can go unnoticed: telling those apart would take an atomic instruction on every
+  /// unlock.)
   void unlock(int index) {
-    std::intptr_t held = 1;
-    if (!__atomic_compare_exchange_n(&locks_.at(index), &held, 0, false, __ATOMIC_RELEASE,
-                                     __ATOMIC_RELAXED))
-      throw std::logic_error("percpu::spinlock::unlock: lock of index " + std::to_string(index) +
-                             " is not held");
+    std::intptr_t& word = locks_.at(index);
+    if (PERCPU_UNLIKELY(__atomic_load_n(&word, __ATOMIC_RELAXED) != 1)) throw_not_held(index);
+    __atomic_store_n(&word, 0, __ATOMIC_RELEASE);
   }
 
   /// True when the lock of `index` is held (a snapshot). Throws std::out_of_range.
@@ -95,6 +91,35 @@ class spinlock {
   };
 
  private:
+  // lock() when the lock is held: spin, then yield.
+  [[gnu::noinline, gnu::cold]] int lock_cold() noexcept {
+    for (unsigned spins = 0;; ++spins) {
+      if (spins < 64) {
+        PERCPU_CPU_RELAX();
+      } else {
+        sched_yield();
+      }
+      const int index = try_lock();
+      if (index >= 0) return index;
+    }
+  }
+
+  // try_lock() after its fast attempt did not decide: the full loop, fallback mode included.
+  [[gnu::noinline, gnu::cold]] int try_lock_cold(status fast) noexcept {
+    detail::count_fast_attempt(fast);
+    int taken = -1;
+    const status s = retry<M>([&](int index) {
+      taken = index;
+      return compare_store<M>(&locks_[index], 0, 1, index);
+    });
+    return s == status::committed ? taken : -1;
+  }
+
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_not_held(int index) {
+    throw std::logic_error("percpu::spinlock::unlock: lock of index " + std::to_string(index) +
+                           " is not held");
+  }
+
   slot_array<std::intptr_t> locks_;
 };
 

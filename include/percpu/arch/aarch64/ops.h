@@ -47,7 +47,8 @@ namespace percpu::arch {
 
 /// add: *v += count (commit: the store of the sum).
 template <std::uint32_t Field>
-inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
+PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count,
+                                int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD("")
            "ldr x11, %[v]\n\t"
            "add x11, x11, %[count]\n\t"
@@ -63,8 +64,8 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
 
 /// compare-and-store: if (*v == expect) *v = newv.
 template <std::uint32_t Field>
-inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                            std::intptr_t newv, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                          std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -82,9 +83,10 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
 template <std::uint32_t Field>
-inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                    std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
-                                    int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t* v,
+                                                  std::intptr_t expect, std::intptr_t* v2,
+                                                  std::intptr_t expect2, std::intptr_t newv,
+                                                  int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -107,8 +109,8 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) } (commit: the store of
 /// the next pointer; *out is written after the section).
 template <std::uint32_t Field>
-inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
-                  std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                std::ptrdiff_t offset, std::intptr_t* out, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -131,9 +133,10 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
 
 /// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
 template <std::uint32_t Field>
-inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                          std::intptr_t* v2, std::intptr_t expect2, std::ptrdiff_t offset,
-                          std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                        std::intptr_t* v2, std::intptr_t expect2,
+                                        std::ptrdiff_t offset, std::intptr_t* out,
+                                        int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v2]\n\t"
            "cmp x11, %[expect2]\n\t"
@@ -160,9 +163,10 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
 /// commit publishes the try-store).
 template <std::uint32_t Field>
-inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                  std::intptr_t* v2, std::intptr_t newv2, std::intptr_t newv,
-                                  int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t* v,
+                                                std::intptr_t expect, std::intptr_t* v2,
+                                                std::intptr_t newv2, std::intptr_t newv,
+                                                int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -183,9 +187,10 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. Copies 8 bytes
 /// at a time, then the remaining 0-7 one at a time; the store-release commit publishes the copy.
 template <std::uint32_t Field>
-inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                   void* dst, const void* src, std::size_t len, std::intptr_t newv,
-                                   int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t* v,
+                                                 std::intptr_t expect, void* dst, const void* src,
+                                                 std::size_t len, std::intptr_t newv,
+                                                 int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"

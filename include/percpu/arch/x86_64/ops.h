@@ -54,11 +54,12 @@ namespace percpu::arch {
 ///   if (area->index != index || fallback) return index_changed
 ///   *v += count                              // commit (one read-modify-write instruction)
 template <std::uint32_t Field>
-inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int index) noexcept {
+PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count,
+                                int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD("")
-               PERCPU_X86_INJECT(3) "addq %[count], %[v]\n\t" PERCPU_X86_SECTION_TAIL
+               PERCPU_X86_INJECT(3) "addq %[count], (%[v])\n\t" PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [count] "er"(count)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [count] "er"(count)
            : "rax", "memory", "cc"
            : aborted, moved);
   PERCPU_RETURN_STATUSES(off)
@@ -70,16 +71,16 @@ inline status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count, int 
 ///   if (*v != expect) return compare_failed
 ///   *v = newv                                // commit
 template <std::uint32_t Field>
-inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                            std::intptr_t newv, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                          std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq %[v], %[expect]\n\t"
+           "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %[newv], %[v]\n\t"
+           "movq %[newv], (%[v])\n\t"
            PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
              [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
@@ -90,21 +91,22 @@ inline status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t e
 /// (A buffer pop checks the slot it read as well as the count, so an intervening pop+push of
 /// another item cannot be mistaken for no change.)
 template <std::uint32_t Field>
-inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                    std::intptr_t* v2, std::intptr_t expect2, std::intptr_t newv,
-                                    int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t* v,
+                                                  std::intptr_t expect, std::intptr_t* v2,
+                                                  std::intptr_t expect2, std::intptr_t newv,
+                                                  int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq %[v], %[expect]\n\t"
+           "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
-           "cmpq %[v2], %[expect2]\n\t"
+           "cmpq (%[v2]), %[expect2]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %[newv], %[v]\n\t"
+           "movq %[newv], (%[v])\n\t"
            PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
-             [v2] "m"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
+             [v2] "r"(v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
@@ -117,27 +119,28 @@ inline status compare_compare_store(std::intptr_t off, std::intptr_t* v, std::in
 ///   if (head == expect) return compare_failed  // e.g. empty list (expect = 0)
 ///   next = *(intptr_t*)(head + offset)
 ///   *v = next                                  // commit
-///   *out = head                                // after the section
+///   *out = head                                // after the section (committed only)
 template <std::uint32_t Field>
-inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std::ptrdiff_t offset,
-                  std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                std::ptrdiff_t offset, std::intptr_t* out, int index) noexcept {
+  // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
+  // item stays in a register for the caller instead of a store and a reload.
+  std::intptr_t head, next;
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "movq %[v], %%rbx\n\t"
-           "cmpq %%rbx, %[expect]\n\t"
+           "movq (%[v]), %[head]\n\t"
+           "cmpq %[head], %[expect]\n\t"
            "je %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
-           "movq (%%rbx, %[offset], 1), %%rcx\n\t"
+           "movq (%[head], %[offset], 1), %[next]\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %%rcx, %[v]\n\t"
-           "2:\n\t"
-           "movq %%rbx, %[out]\n\t"
-           PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"
-           ".popsection\n\t"
-           :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
-             [offset] "r"(offset), [out] "m"(*out)
-           : "rax", "rbx", "rcx", "memory", "cc"
+           "movq %[next], (%[v])\n\t"
+           PERCPU_X86_SECTION_TAIL
+           : [head] "=&r"(head), [next] "=&r"(next)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
+             [offset] "r"(offset)
+           : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
+  *out = head;
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
@@ -151,30 +154,32 @@ inline status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect, std
 ///   if (head == expect) return compare_failed
 ///   next = *(intptr_t*)(head + offset)
 ///   *v = next                                  // commit
-///   *out = head                                // after the section
+///   *out = head                                // after the section (committed only)
 template <std::uint32_t Field>
-inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                          std::intptr_t* v2, std::intptr_t expect2, std::ptrdiff_t offset,
-                          std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
+                                        std::intptr_t* v2, std::intptr_t expect2,
+                                        std::ptrdiff_t offset, std::intptr_t* out,
+                                        int index) noexcept {
+  // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
+  // item stays in a register for the caller instead of a store and a reload.
+  std::intptr_t head, next;
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq %[v2], %[expect2]\n\t"
+           "cmpq (%[v2]), %[expect2]\n\t"
            "jnz %l[cmpfail]\n\t"
-           "movq %[v], %%rbx\n\t"
-           "cmpq %%rbx, %[expect]\n\t"
+           "movq (%[v]), %[head]\n\t"
+           "cmpq %[head], %[expect]\n\t"
            "je %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
-           "movq (%%rbx, %[offset], 1), %%rcx\n\t"
+           "movq (%[head], %[offset], 1), %[next]\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %%rcx, %[v]\n\t"
-           "2:\n\t"
-           "movq %%rbx, %[out]\n\t"
-           PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"
-           ".popsection\n\t"
-           :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
-             [v2] "m"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "m"(*out)
-           : "rax", "rbx", "rcx", "memory", "cc"
+           "movq %[next], (%[v])\n\t"
+           PERCPU_X86_SECTION_TAIL
+           : [head] "=&r"(head), [next] "=&r"(next)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
+             [v2] "r"(v2), [expect2] "r"(expect2), [offset] "r"(offset)
+           : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
+  *out = head;
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
 }
 
@@ -186,20 +191,21 @@ inline status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t exp
 ///   *v2 = newv2                                // try-store (not yet published)
 ///   *v = newv                                  // commit
 template <std::uint32_t Field>
-inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                  std::intptr_t* v2, std::intptr_t newv2, std::intptr_t newv,
-                                  int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t* v,
+                                                std::intptr_t expect, std::intptr_t* v2,
+                                                std::intptr_t newv2, std::intptr_t newv,
+                                                int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq %[v], %[expect]\n\t"
+           "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
-           "movq %[newv2], %[v2]\n\t"
+           "movq %[newv2], (%[v2])\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %[newv], %[v]\n\t"
+           "movq %[newv], (%[v])\n\t"
            PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
-             [v2] "m"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
+             [v2] "r"(v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
@@ -213,11 +219,12 @@ inline status compare_store_store(std::intptr_t off, std::intptr_t* v, std::intp
 ///   copy len bytes src -> dst                  // not yet published
 ///   *v = newv                                  // commit
 template <std::uint32_t Field>
-inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                   void* dst, const void* src, std::size_t len, std::intptr_t newv,
-                                   int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t* v,
+                                                 std::intptr_t expect, void* dst, const void* src,
+                                                 std::size_t len, std::intptr_t newv,
+                                                 int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq %[v], %[expect]\n\t"
+           "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
            "movq %[src], %%rsi\n\t"
@@ -245,10 +252,10 @@ inline status compare_memcpy_store(std::intptr_t off, std::intptr_t* v, std::int
            "jnz 7b\n\t"
            "8:\n\t"
            PERCPU_X86_INJECT(3)
-           "movq %[newv], %[v]\n\t"
+           "movq %[newv], (%[v])\n\t"
            PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "m"(*v), [expect] "r"(expect),
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : "rax", "rcx", "rsi", "rdi", "memory", "cc"
            : aborted, moved, cmpfail);
