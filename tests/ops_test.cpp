@@ -185,6 +185,41 @@ TYPED_TEST(Ops, CompareMemcpyStoreCopiesEveryLength) {
   }
 }
 
+// The rseq_only policy (a structure's fast attempt): in rseq mode the same result as the
+// default; outside it index_changed and nothing stored, where the default runs the fallback.
+TYPED_TEST(Ops, RseqOnlyPolicyNeverRunsTheFallback) {
+  constexpr index_mode M = TypeParam::value;
+  using percpu::detail::rseq_only;
+  auto slots = percpu::test::make_slots();
+  std::intptr_t item[2] = {0, 0};  // a list item: next pointer at offset 0
+  int committed = 0;
+  for (int attempt = 0; attempt < 1000 && committed < 10; ++attempt) {
+    const int index = percpu::current_index<M>();
+    const status s = percpu::add<M, rseq_only>(&slots[index].value, 1, index);
+    if (percpu::rseq_active()) {
+      EXPECT_NE(s, status::compare_failed);
+      committed += s == status::committed;
+    } else {
+      ASSERT_EQ(s, status::index_changed);
+    }
+  }
+  EXPECT_EQ(percpu::test::sum(slots), committed);
+  if (percpu::rseq_active()) {
+    EXPECT_EQ(committed, 10);  // 1000 attempts: preemption cannot abort them all
+  } else {
+    // The default policy does the same operations through the fallback.
+    const int index = percpu::current_index<M>();
+    EXPECT_EQ(percpu::add<M>(&slots[index].value, 1, index), status::committed);
+    std::intptr_t head = reinterpret_cast<std::intptr_t>(item), out = 0;
+    const status popped = percpu::pop<M, rseq_only>(&head, 0, 0, &out, index);
+    EXPECT_EQ(popped, status::index_changed);
+    EXPECT_EQ(head, reinterpret_cast<std::intptr_t>(item));
+    EXPECT_EQ(percpu::pop<M>(&head, 0, 0, &out, index), status::committed);
+    EXPECT_EQ(out, reinterpret_cast<std::intptr_t>(item));
+    EXPECT_EQ(percpu::test::sum(slots), 1);
+  }
+}
+
 TEST(Ops, AnIndexSpaceIsSizedByPossibleCpus) {
   const auto& t = percpu::machine_topology();
   EXPECT_EQ(t.cpu_id_bound, t.possible_cpus.back() + 1);

@@ -11,6 +11,16 @@
 // thread (an index outside the index space is simply never current, so it reports
 // index_changed, except in fallback mode where it is not checked: pass valid indices); the words
 // are naturally aligned and stay valid for the call.
+//
+// The shape of a fast path (retry() and every structure): read the index from the area, make one
+// attempt inlined into the caller (arm, compare the index, check the mode, do the work, commit,
+// disarm), and hand anything else (a failed read, an abort, a compare that failed, fallback
+// mode) to an out-of-line cold path that runs the full loop. The fast path thus makes no call
+// and saves no register. Its cost above a bare sequence is what keeps it safe: the index
+// compared with the index space (a CPU id sysfs did not announce), the mode check (the switch to
+// fallback mode), and the disarming store (code that dlclose() unloads). Each operation takes a
+// policy: detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
+// detail::rseq_only reports index_changed instead, for fast paths whose cold path does the rest.
 #pragma once
 
 #include "percpu/config.h"  // first: the C++20 check

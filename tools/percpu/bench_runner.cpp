@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <sched.h>
+#include <time.h>
 
 #include <unistd.h>
 
@@ -107,21 +108,31 @@ benchmark::internal::Benchmark* register_benchmark(const std::string& name,
   return benchmark::RegisterBenchmark(name.c_str(), std::move(fn));
 }
 
+namespace {
+std::int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+}  // namespace
+
 void register_throughput(const std::string& name, int threads, const bench_plan& plan,
-                         thread_body body, std::function<void()> before_run) {
+                         thread_body body, std::function<void()> before_run, bool cpu_time) {
   const double window_s = plan.min_time_s;
   // One round: returns wall ns from release to the last thread's finish, and the operations.
   auto round = [=](double seconds) {
     if (before_run) before_run();
     std::atomic<bool> go{false}, stop{false};
     std::atomic<std::uint64_t> ops{0};
-    std::atomic<std::int64_t> last_finish_ns{0};
+    std::atomic<std::int64_t> last_finish_ns{0}, cpu_ns{0};
     std::vector<std::thread> pool;
     pool.reserve(threads);
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
         while (!go.load(std::memory_order_acquire)) sched_yield();
+        const std::int64_t cpu_start = thread_cpu_ns();
         ops.fetch_add(body(t, stop), std::memory_order_relaxed);
+        cpu_ns.fetch_add(thread_cpu_ns() - cpu_start, std::memory_order_relaxed);
         const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
         std::int64_t seen = last_finish_ns.load();
         while (seen < now && !last_finish_ns.compare_exchange_weak(seen, now)) {
@@ -133,7 +144,8 @@ void register_throughput(const std::string& name, int threads, const bench_plan&
     stop.store(true, std::memory_order_release);
     for (auto& th : pool) th.join();
     const double elapsed_ns =
-        static_cast<double>(last_finish_ns.load() - start.time_since_epoch().count());
+        cpu_time ? static_cast<double>(cpu_ns.load())
+                 : static_cast<double>(last_finish_ns.load() - start.time_since_epoch().count());
     return std::pair<double, std::uint64_t>(elapsed_ns, ops.load());
   };
   auto fn = [=](benchmark::State& s) {

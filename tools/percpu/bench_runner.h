@@ -69,8 +69,13 @@ using thread_body = std::function<std::uint64_t(int thread, const std::atomic<bo
 /// when threads far outnumber CPUs and each finishes within one time slice.)
 /// `before_run`, if set, runs before each repetition's threads start. The result is found with
 /// find_result(results, name, threads).
+///
+/// With `cpu_time`, the result is instead the CPU time the threads spent in body() (each
+/// thread's CLOCK_THREAD_CPUTIME_ID), summed, over their operations: CPU ns per operation, which
+/// time spent waiting for a CPU does not inflate (for single-thread costs on a busy machine).
 void register_throughput(const std::string& name, int threads, const bench_plan& plan,
-                         thread_body body, std::function<void()> before_run = {});
+                         thread_body body, std::function<void()> before_run = {},
+                         bool cpu_time = false);
 
 /// Runs `op()` in batches of 256 until `stop` is set; returns the operations done. The usual
 /// thread_body of a throughput benchmark.

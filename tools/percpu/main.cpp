@@ -75,8 +75,8 @@ int run(int argc, char** argv) {
                     "Write one suite's raw results to this JSON file (the report writes its own)");
   std::string report_dir = "percpu-report";
   std::vector<std::string> report_suites;
-  const std::vector<std::string> suite_names = {"getcpu", "counter", "list",
-                                                "pool",   "malloc",  "context-switch"};
+  const std::vector<std::string> suite_names = {"getcpu", "ops",    "counter",       "list",
+                                                "pool",   "malloc", "context-switch"};
   bench->add_option("--out", report_dir, "Report folder (no suite named; default percpu-report)");
   bench
       ->add_option("--suites", report_suites,

@@ -38,6 +38,8 @@ struct suite_spec {
 // 2.6x too long.
 const std::vector<suite_spec> kSuites = {
     {"getcpu", "getcpu: which CPU am I on?", 3, 20, 5, 9},
+    {"ops", "ops: each primitive against a hand-written sequence, librseq and atomics", 30, 120, 3,
+     7},
     {"counter", "counter: a per-CPU counter against the alternatives", 20, 90, 3, 7},
     {"list", "list: a per-CPU free list against a Treiber stack and a mutex", 13, 60, 3, 7},
     {"pool", "pool: per-CPU memory, resident bytes and allocation cost", 5, 45, 3, 7},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "report.h"
@@ -81,6 +82,52 @@ std::string flatness(const nlohmann::json& j, const std::string& name) {
 struct row {
   std::string claim, seeds, here, ratio;
 };
+
+// The ops suite's sentence: at 1 thread, the range of percpu's time over the hand-written
+// sequence's and over librseq's (the median of each primitive's round ratios), and the rows at
+// the ends. Results are named "primitive/mode/who".
+std::string ops_sentence(const nlohmann::json& j) {
+  std::map<std::string, const nlohmann::json*> at1;
+  for (const auto& r : j["results"])
+    if (r.value("threads", 1) == 1) at1[r["name"].get<std::string>()] = &r;
+  auto range = [&](const std::string& who) {
+    double lo = 0, hi = 0;
+    std::string lo_row, hi_row;
+    for (const auto& [name, ours] : at1) {
+      const auto slash = name.rfind('/');
+      if (name.substr(slash + 1) != "percpu") continue;
+      const auto other = at1.find(name.substr(0, slash + 1) + who);
+      if (other == at1.end()) continue;
+      const auto& a = (*ours)["samples_ns"];
+      const auto& b = (*other->second)["samples_ns"];
+      if (a.size() != b.size() || a.empty()) continue;
+      std::vector<double> q;
+      for (std::size_t k = 0; k < a.size(); ++k)
+        q.push_back(a[k].get<double>() / b[k].get<double>());
+      std::sort(q.begin(), q.end());
+      const double m = q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
+      const std::string row = name.substr(0, slash);
+      if (lo_row.empty() || m < lo) lo = m, lo_row = row;
+      if (hi_row.empty() || m > hi) hi = m, hi_row = row;
+    }
+    return hi_row.empty()
+               ? std::string()
+               : fmt::format(
+                     "from {:.2f}x ({}) to {:.2f}x ({}) the time of {}", lo, lo_row, hi, hi_row,
+                     who == "minimal" ? "the hand-written sequence" : "librseq's operation");
+  };
+  const std::string minimal = range("minimal"), lib = range("librseq");
+  if (minimal.empty()) return "";
+  std::string text = "At 1 thread each percpu primitive takes " + minimal;
+  if (!lib.empty()) {
+    text += ", and " + lib + ".";
+  } else {
+    text += ". librseq: " + j.value("librseq_missing", std::string("not measured")) + ".";
+  }
+  return text +
+         " CPU time per operation, the median of the rounds' ratios (each round runs "
+         "every contender once, back to back).";
+}
 
 // "3316x", "6.9x", "0.7x": whole numbers from 10 up, one decimal below.
 std::string times(double r) {
@@ -273,6 +320,8 @@ std::string suite_sentence(const suite_run& run) {
                              : "one load from the rseq area",
           against(*glibc, "glibc's `sched_getcpu()`"), against(*vdso, "the vDSO"),
           against(*sys, "the system call"));
+  } else if (run.name == "ops") {
+    if (std::string text = ops_sentence(j); !text.empty()) return text;
   } else if (run.name == "counter" || run.name == "list") {
     const bool counter = run.name == "counter";
     const std::string ours = counter ? "percpu counter (cpu_id)" : "percpu freelist (cpu_id)";
