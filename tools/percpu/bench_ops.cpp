@@ -66,11 +66,6 @@ std::string bench_name(const op_contender& c) {
 
 // ---- percpu's contenders -------------------------------------------------------------------
 
-struct list_item {
-  list_item* next;
-  char pad[56];
-};
-
 struct record16 {
   std::intptr_t word[2];
 };
@@ -83,8 +78,8 @@ template <index_mode M>
 struct percpu_side {
   static inline counter<std::intptr_t, M>* count;
   static inline spinlock<M>* lock;
-  static inline freelist<list_item, &list_item::next, M, false>* list;
-  static inline std::vector<list_item>* items;
+  static inline freelist<op_list_item, &op_list_item::next, M, false>* list;
+  static inline std::vector<op_list_item>* items;
   static inline buffer<int*, M, false>* ptrs;
   static inline memcpy_buffer<record16, M>* records16;
   static inline memcpy_buffer<record64, M>* records64;
@@ -93,7 +88,7 @@ struct percpu_side {
   static void add_one() { count->add(1); }
   static void lock_unlock() { lock->unlock(lock->lock()); }
   static void pop_push() {
-    if (list_item* it = list->pop()) list->push(it);
+    if (op_list_item* it = list->pop()) list->push(it);
   }
   static void buffer_push_pop() {
     static int dummy;
@@ -120,8 +115,8 @@ struct percpu_side {
   static void build(int slots) {
     count = new counter<std::intptr_t, M>();
     lock = new spinlock<M>();
-    list = new freelist<list_item, &list_item::next, M, false>();
-    items = new std::vector<list_item>(static_cast<std::size_t>(slots) * kPrefill);
+    list = new freelist<op_list_item, &op_list_item::next, M, false>();
+    items = new std::vector<op_list_item>(static_cast<std::size_t>(slots) * kPrefill);
     ptrs = new buffer<int*, M, false>(kBufferCapacity);
     records16 = new memcpy_buffer<record16, M>(kBufferCapacity);
     records64 = new memcpy_buffer<record64, M>(kBufferCapacity);
@@ -151,16 +146,11 @@ struct percpu_side {
 
 // ---- the atomic baseline: the same per-CPU slots, updated with atomic instructions -------
 
-struct region {
-  alignas(64) std::intptr_t word[512];  // word 0: counter, lock or head; from word 8: entries
-};
-
 template <index_mode M>
 struct atomic_side {
-  static inline region* regions;
-  static inline std::vector<list_item>* items;
+  static inline op_memory* memory;
 
-  static std::intptr_t* words() { return regions[current_index<M>()].word; }
+  static std::intptr_t* words() { return memory->regions[current_index<M>()].word; }
   // A per-index lock taken with an atomic exchange (word 1), around each pop, push and copy.
   static void lock(std::intptr_t* r) {
     while (__atomic_exchange_n(&r[1], 1, __ATOMIC_ACQUIRE) != 0) PERCPU_CPU_RELAX();
@@ -181,13 +171,13 @@ struct atomic_side {
   static void pop_push() {
     std::intptr_t* r = words();
     lock(r);
-    auto* it = reinterpret_cast<list_item*>(r[0]);
+    auto* it = reinterpret_cast<op_list_item*>(r[0]);
     if (it) r[0] = reinterpret_cast<std::intptr_t>(it->next);
     unlock(r);
     if (!it) return;
     r = words();
     lock(r);
-    it->next = reinterpret_cast<list_item*>(r[0]);
+    it->next = reinterpret_cast<op_list_item*>(r[0]);
     r[0] = reinterpret_cast<std::intptr_t>(it);
     unlock(r);
   }
@@ -205,24 +195,9 @@ struct atomic_side {
     if (r[0] > 0) std::copy_n(&r[8 + --r[0] * Words], Words, record);
     unlock(r);
   }
-  static void reset() {
-    for (int i = 0; i < index_space<M>(); ++i) regions[i].word[0] = regions[i].word[1] = 0;
-  }
-  static void refill_lists() {
-    for (int i = 0; i < index_space<M>(); ++i) {
-      regions[i].word[0] = regions[i].word[1] = 0;
-      for (int k = 0; k < kPrefill; ++k) {
-        list_item* it = &(*items)[i * kPrefill + k];
-        it->next = reinterpret_cast<list_item*>(regions[i].word[0]);
-        regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
-      }
-    }
-  }
-
-  static void build(int slots) {
-    regions = new region[static_cast<std::size_t>(slots)]();
-    items = new std::vector<list_item>(static_cast<std::size_t>(slots) * kPrefill);
-  }
+  static void reset() { memory->clear(); }
+  static void refill_lists() { memory->refill_lists(); }
+  static void build(int slots) { memory = new op_memory(slots); }
 
   static void add_rows(std::vector<op_contender>& out) {
     const op_who w = op_who::baseline;

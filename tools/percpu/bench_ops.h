@@ -65,6 +65,43 @@ inline constexpr int kPrefill = 32;
 /// Entries per index of the buffers (pointers or records).
 inline constexpr int kBufferCapacity = 64;
 
+/// An item of the lists: its link, on a cache line of its own.
+struct op_list_item {
+  op_list_item* next;
+  char pad[56];
+};
+
+/// The per-index memory of the minimal, librseq and atomic contenders, one 4 KiB region per
+/// index: word 0 is the counter, the lock, the list head or the count; word 1 the atomic side's
+/// lock; the entries or records start at word 8. Plus kPrefill list items per index. Allocated
+/// once for the run (never freed: the suite's threads use it to the end).
+struct op_memory {
+  struct alignas(64) region {
+    std::intptr_t word[512];
+  };
+  explicit op_memory(int slots)
+      : slots(slots),
+        regions(static_cast<std::size_t>(slots)),
+        items(static_cast<std::size_t>(slots) * kPrefill) {}
+  /// Zeroes every index's words 0 and 1 (counts, locks, heads).
+  void clear() {
+    for (region& r : regions) r.word[0] = r.word[1] = 0;
+  }
+  /// clear(), then links each index's kPrefill items into its list (head in word 0).
+  void refill_lists() {
+    clear();
+    for (int i = 0; i < slots; ++i)
+      for (int k = 0; k < kPrefill; ++k) {
+        op_list_item* it = &items[static_cast<std::size_t>(i) * kPrefill + k];
+        it->next = reinterpret_cast<op_list_item*>(regions[i].word[0]);
+        regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
+      }
+  }
+  int slots;
+  std::vector<region> regions;
+  std::vector<op_list_item> items;
+};
+
 /// The hand-written minimal sequences (x86-64; empty elsewhere, with `why_not` saying so): read
 /// the index, arm, compare, commit, nothing else. `slots` is the index space.
 std::vector<op_contender> minimal_contenders(int slots, std::string& why_not);

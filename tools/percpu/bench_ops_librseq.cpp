@@ -18,32 +18,17 @@
 namespace percpu::cli {
 namespace {
 
-struct region {
-  alignas(64) std::intptr_t word[512];  // as bench_ops_minimal.cpp's regions
-};
-region* g_regions;
-int g_slots;
-
-struct list_item {
-  list_item* next;
-  char pad[56];
-};
-list_item* g_items;
+op_memory* g_memory;
 rseq_mempool* g_mempool;
 
-void refill_lists() {
-  for (int i = 0; i < g_slots; ++i) {
-    g_regions[i].word[0] = 0;
-    for (int k = 0; k < kPrefill; ++k) {
-      list_item* it = &g_items[i * kPrefill + k];
-      it->next = reinterpret_cast<list_item*>(g_regions[i].word[0]);
-      g_regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
-    }
-  }
+std::intptr_t* words(int index) {
+  return g_memory->regions[index].word;
 }
-
 void clear_regions() {
-  for (int i = 0; i < g_slots; ++i) g_regions[i].word[0] = 0;
+  g_memory->clear();
+}
+void refill_lists() {
+  g_memory->refill_lists();
 }
 
 // The index as librseq's tests take it: cpu_id_start (never negative, no check) or mm_cid.
@@ -64,7 +49,7 @@ template <rseq_percpu_mode P>
 void add_one() {
   for (;;) {
     const int i = index_now<P>();
-    if (rseq_load_add_store__ptr(RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 1, i) == 0) return;
+    if (rseq_load_add_store__ptr(RSEQ_MO_RELAXED, P, &words(i)[0], 1, i) == 0) return;
   }
 }
 
@@ -73,9 +58,9 @@ void lock_unlock() {
   int i;
   for (;;) {
     i = index_now<P>();
-    if (rseq_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 0, 1, i) == 0) break;
+    if (rseq_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, &words(i)[0], 0, 1, i) == 0) break;
   }
-  rseq_smp_store_release(&g_regions[i].word[0], 0);
+  rseq_smp_store_release(&words(i)[0], 0);
 }
 
 template <rseq_percpu_mode P>
@@ -83,16 +68,16 @@ void pop_push() {
   std::intptr_t item = 0;
   for (;;) {
     const int i = index_now<P>();
-    const int r = rseq_load_cbeq_store_add_load_store__ptr(
-        RSEQ_MO_RELAXED, P, &g_regions[i].word[0], 0, offsetof(list_item, next), &item, i);
+    const int r = rseq_load_cbeq_store_add_load_store__ptr(RSEQ_MO_RELAXED, P, &words(i)[0], 0,
+                                                           offsetof(op_list_item, next), &item, i);
     if (r == 0) break;
     if (r > 0) return;  // empty
   }
   for (;;) {
     const int i = index_now<P>();
-    std::intptr_t* head = &g_regions[i].word[0];
+    std::intptr_t* head = &words(i)[0];
     const std::intptr_t h = RSEQ_READ_ONCE(*head);
-    reinterpret_cast<list_item*>(item)->next = reinterpret_cast<list_item*>(h);
+    reinterpret_cast<op_list_item*>(item)->next = reinterpret_cast<op_list_item*>(h);
     if (rseq_load_cbne_store__ptr(RSEQ_MO_RELAXED, P, head, h, item, i) == 0) return;
   }
 }
@@ -103,7 +88,7 @@ void buffer_push_pop() {
   const auto value = reinterpret_cast<std::intptr_t>(&dummy);
   for (;;) {
     const int i = index_now<P>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
     if (n == kBufferCapacity) break;
     if (rseq_load_cbne_store_store__ptr(RSEQ_MO_RELEASE, P, &r[0], n, &r[8 + n], value, n + 1, i) ==
@@ -112,7 +97,7 @@ void buffer_push_pop() {
   }
   for (;;) {
     const int i = index_now<P>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
     if (n == 0) return;
     const std::intptr_t v = RSEQ_READ_ONCE(r[8 + n - 1]);
@@ -129,7 +114,7 @@ void memcpy_push_pop() {
   std::intptr_t out[kWords];
   for (;;) {
     const int i = index_now<P>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
     if (n == kBufferCapacity) break;
     if (rseq_load_cbne_memcpy_store__ptr(RSEQ_MO_RELEASE, P, &r[0], n, &r[8 + n * kWords], record,
@@ -138,7 +123,7 @@ void memcpy_push_pop() {
   }
   for (;;) {
     const int i = index_now<P>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = RSEQ_READ_ONCE(r[0]);
     if (n == 0) return;
     if (rseq_load_cbne_memcpy_store__ptr(RSEQ_MO_RELAXED, P, &r[0], n, out,
@@ -190,9 +175,7 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
     why_not = "librseq could not use glibc's rseq area";
     return {};
   }
-  g_slots = slots;
-  g_regions = new region[static_cast<std::size_t>(slots)]();
-  g_items = new list_item[static_cast<std::size_t>(slots) * kPrefill]();
+  g_memory = new op_memory(slots);
   rseq_mempool_attr* attr = rseq_mempool_attr_create();
   rseq_mempool_attr_set_percpu(attr, RSEQ_MEMPOOL_STRIDE, slots);
   g_mempool = rseq_mempool_create("percpu bench ops", sizeof(std::intptr_t), attr);

@@ -175,33 +175,16 @@ ne:
   return 1;
 }
 
-// Per-index memory of the minimal contenders: one 4 KiB region per index (word 0: counter or
-// lock or list head or count; from word 8, the buffer's entries or records).
-struct region {
-  alignas(64) std::intptr_t word[512];
-};
-region* g_regions;
-int g_slots;
+op_memory* g_memory;
 
-struct list_item {
-  list_item* next;
-  char pad[56];
-};
-list_item* g_items;  // kPrefill per index
-
-void refill_lists() {
-  for (int i = 0; i < g_slots; ++i) {
-    g_regions[i].word[0] = 0;
-    for (int k = 0; k < kPrefill; ++k) {
-      list_item* it = &g_items[i * kPrefill + k];
-      it->next = reinterpret_cast<list_item*>(g_regions[i].word[0]);
-      g_regions[i].word[0] = reinterpret_cast<std::intptr_t>(it);
-    }
-  }
+std::intptr_t* words(int index) {
+  return g_memory->regions[index].word;
 }
-
 void clear_regions() {
-  for (int i = 0; i < g_slots; ++i) g_regions[i].word[0] = 0;
+  g_memory->clear();
+}
+void refill_lists() {
+  g_memory->refill_lists();
 }
 
 [[gnu::noinline]] int minimal_cpu() {
@@ -215,7 +198,7 @@ template <std::uint32_t F>
 void add_one() {
   for (;;) {
     const int i = index_now<F>();
-    if (min_add<F>(&g_regions[i].word[0], 1, i) == 0) return;
+    if (min_add<F>(&words(i)[0], 1, i) == 0) return;
   }
 }
 
@@ -224,9 +207,9 @@ void lock_unlock() {
   int i;
   for (;;) {
     i = index_now<F>();
-    if (min_compare_store<F>(&g_regions[i].word[0], 0, 1, i) == 0) break;
+    if (min_compare_store<F>(&words(i)[0], 0, 1, i) == 0) break;
   }
-  __atomic_store_n(&g_regions[i].word[0], 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&words(i)[0], 0, __ATOMIC_RELEASE);
 }
 
 template <std::uint32_t F>
@@ -234,15 +217,15 @@ void pop_push() {
   std::intptr_t item = 0;
   for (;;) {
     const int i = index_now<F>();
-    const int r = min_pop<F>(&g_regions[i].word[0], &item, i);
+    const int r = min_pop<F>(&words(i)[0], &item, i);
     if (r == 0) break;
     if (r == 1) return;  // empty: threads of this index hold every item
   }
   for (;;) {
     const int i = index_now<F>();
-    std::intptr_t* head = &g_regions[i].word[0];
+    std::intptr_t* head = &words(i)[0];
     const std::intptr_t h = __atomic_load_n(head, __ATOMIC_RELAXED);
-    reinterpret_cast<list_item*>(item)->next = reinterpret_cast<list_item*>(h);
+    reinterpret_cast<op_list_item*>(item)->next = reinterpret_cast<op_list_item*>(h);
     if (min_compare_store<F>(head, h, item, i) == 0) return;
   }
 }
@@ -253,14 +236,14 @@ void buffer_push_pop() {
   const auto value = reinterpret_cast<std::intptr_t>(&dummy);
   for (;;) {
     const int i = index_now<F>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
     if (n == kBufferCapacity) break;
     if (min_compare_store_store<F>(&r[0], n, &r[8 + n], value, n + 1, i) == 0) break;
   }
   for (;;) {
     const int i = index_now<F>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
     if (n == 0) return;
     const std::intptr_t v = __atomic_load_n(&r[8 + n - 1], __ATOMIC_RELAXED);
@@ -275,7 +258,7 @@ void memcpy_push_pop() {
   std::intptr_t out[kWords];
   for (;;) {
     const int i = index_now<F>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
     if (n == kBufferCapacity) break;
     if (min_compare_copy_store<F>(&r[0], n, &r[8 + n * kWords], record, kWords, n + 1, i) == 0)
@@ -283,7 +266,7 @@ void memcpy_push_pop() {
   }
   for (;;) {
     const int i = index_now<F>();
-    std::intptr_t* r = g_regions[i].word;
+    std::intptr_t* r = words(i);
     const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
     if (n == 0) return;
     if (min_compare_copy_store<F>(&r[0], n, out, &r[8 + (n - 1) * kWords], kWords, n - 1, i) == 0)
@@ -316,9 +299,7 @@ std::vector<op_contender> minimal_contenders(int slots, std::string& why_not) {
     return {};
   }
   g_off = reg.rseq_offset;
-  g_slots = slots;
-  g_regions = new region[static_cast<std::size_t>(slots)]();
-  g_items = new list_item[static_cast<std::size_t>(slots) * kPrefill]();
+  g_memory = new op_memory(slots);
   std::vector<op_contender> out;
   out.push_back(
       {op_primitive::current_cpu, index_mode::cpu_id, op_who::minimal, op_loop<minimal_cpu>, {}});
