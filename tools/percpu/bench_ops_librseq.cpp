@@ -202,6 +202,13 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
                    {}});
     add_mode_rows<RSEQ_PERCPU_MM_CID>(out, index_mode::mm_cid);
   }
+  // The mempool has no per-CPU caches, so it is the same pool in both rows.
+  if (g_mempool != nullptr)
+    out.push_back({op_primitive::pool_alloc_free,
+                   index_mode::mm_cid,
+                   op_who::librseq,
+                   registered_loop<mempool_alloc_free>,
+                   {}});
   return out;
 }
 
