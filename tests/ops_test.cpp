@@ -220,6 +220,17 @@ TYPED_TEST(Ops, RseqOnlyPolicyNeverRunsTheFallback) {
   }
 }
 
+// retry() hands a named attempt to its slow path by reference: the caller sees what every
+// attempt did to it, not only the first (which runs inline).
+TEST(Ops, RetryRunsEveryAttemptOfANamedAttemptOnIt) {
+  struct counting {
+    int calls = 0;
+    status operator()(int) { return ++calls < 3 ? status::aborted : status::committed; }
+  } attempt;
+  EXPECT_EQ(percpu::retry<index_mode::cpu_id>(attempt), status::committed);
+  EXPECT_EQ(attempt.calls, 3);
+}
+
 TEST(Ops, AnIndexSpaceIsSizedByPossibleCpus) {
   const auto& t = percpu::machine_topology();
   EXPECT_EQ(t.cpu_id_bound, t.possible_cpus.back() + 1);

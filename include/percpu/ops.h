@@ -242,10 +242,14 @@ inline void count_fast_attempt(status s) noexcept {
   }
 }
 
-/// How retry() hands its attempt to the cold path: a copy when it can be copied, else a
-/// reference.
+/// How retry() hands its attempt to the cold path. A temporary (the usual lambda written in
+/// the call) is copied, after the fast attempt, so what it captured stays in registers on the
+/// fast path and a mutable one continues from its state. A named attempt (an lvalue) goes by
+/// reference, so its caller sees what every attempt did to it; so does one that cannot be
+/// copied.
 template <class A>
-using cold_copy_t = std::conditional_t<std::is_copy_constructible_v<std::decay_t<A>>,
+using cold_copy_t = std::conditional_t<!std::is_lvalue_reference_v<A> &&
+                                           std::is_copy_constructible_v<std::decay_t<A>>,
                                        std::decay_t<A>, std::remove_reference_t<A>&>;
 
 /// retry()'s loop after an attempt that did not complete (`first`), or when the fast read of

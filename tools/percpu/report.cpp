@@ -34,11 +34,11 @@ struct suite_spec {
 };
 
 // Quick times as measured on a clean clone's run (getcpu 2 s, counter 20, list 13, pool 4,
-// malloc 12, context-switch 6 at 3 repetitions): the earlier figures made the first estimate
-// 2.6x too long.
+// malloc 12, context-switch 6 at 3 repetitions; ops 14, and 100 thorough): the earlier figures made
+// the first estimate 2.6x too long.
 const std::vector<suite_spec> kSuites = {
     {"getcpu", "getcpu: which CPU am I on?", 3, 20, 5, 9},
-    {"ops", "ops: each primitive against a hand-written sequence, librseq and atomics", 30, 120, 3,
+    {"ops", "ops: each primitive against a hand-written sequence, librseq and atomics", 14, 100, 3,
      7},
     {"counter", "counter: a per-CPU counter against the alternatives", 20, 90, 3, 7},
     {"list", "list: a per-CPU free list against a Treiber stack and a mutex", 13, 60, 3, 7},
