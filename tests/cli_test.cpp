@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "expect.h"
@@ -116,6 +117,27 @@ TEST(Cli, ShortStressConservesEverything) {
 
 // The conventions a newcomer expects: options after the suite's name, one list syntax (commas
 // or spaces) everywhere, "unknown command" for a typo, --version, "not a number".
+// `percpu bench ops` in every pass (glibc's area, percpu's own, fallback mode): it finishes and
+// prints both tables. Where percpu registers its own area, the hand-written sequences' threads
+// must register before their first section (they once read cpu_id -1 and spun forever).
+TEST(Cli, BenchOpsRunsInEveryMode) {
+  // It takes about 10 s; a hang fails after 300.
+  const auto r = percpu::test::shell("timeout 300 " + std::string(PERCPU_CLI_PATH) +
+                                     " bench ops --quick --repetitions 1 --json /dev/null 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("1 thread"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("counter add"), std::string::npos) << r.out;
+  // In rseq mode (either area) the hand-written sequence ran: a figure in its column.
+  if (percpu::test::expected_mode() == "glibc" || percpu::test::expected_mode() == "percpu") {
+    const auto at = r.out.find("\ncounter add ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    std::istringstream row(r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1));
+    std::string name1, name2, mode, ours, minimal;
+    row >> name1 >> name2 >> mode >> ours >> minimal;
+    EXPECT_NE(minimal, "-") << r.out;
+  }
+}
+
 TEST(Cli, CommandLineConventions) {
   // Accepted after the suite name: the range check answers, not "was not expected".
   const auto after = run("bench getcpu --repetitions 0");

@@ -343,14 +343,16 @@ int bench_ops(const bench_options& options) {
 
   fmt::print(
       "percpu bench ops: CPU ns per operation (the threads' CPU time over their operations), "
-      "median of {} rounds that alternate the contenders (mode: {}, area: {}, {} CPUs)\n"
+      "median of {}, each running every contender once (mode: {}, area: {}, {})\n"
       "  minimal: a hand-written rseq sequence, the shortest that does the operation{}\n"
       "  librseq: {}\n"
       "  atomic: atomic instructions on the same per-CPU slots (current_cpu: glibc's "
       "sched_getcpu)\n"
       "  /minimal, /librseq: percpu's time over theirs, the median of the rounds' ratios; "
       "spread: (max - min) / median of percpu's rounds\n\n",
-      plan.repetitions, reg.fallback ? "fallback" : "rseq", to_string(reg.owner), cpus,
+      plan.repetitions == 1 ? std::string("1 round") : fmt::format("{} rounds", plan.repetitions),
+      reg.fallback ? "fallback" : "rseq", to_string(reg.owner),
+      cpus == 1 ? std::string("1 CPU") : fmt::format("{} CPUs", cpus),
       minimal_missing.empty() ? "" : " (" + minimal_missing + ")",
       librseq_missing.empty() ? "its operations, as its own tests write them" : librseq_missing);
   for (int threads : thread_counts) print_table(results, threads);

@@ -71,13 +71,14 @@ struct op_list_item {
   char pad[56];
 };
 
-/// The per-index memory of the minimal, librseq and atomic contenders, one 4 KiB region per
-/// index: word 0 is the counter, the lock, the list head or the count; word 1 the atomic side's
-/// lock; the entries or records start at word 8. Plus kPrefill list items per index. Allocated
-/// once for the run (never freed: the suite's threads use it to the end).
+/// The per-index memory of the minimal, librseq and atomic contenders, one region per index:
+/// word 0 is the counter, the lock, the list head or the count; word 1 the atomic side's lock;
+/// the entries or records start at word 8, room for kBufferCapacity records of 64 bytes. Plus
+/// kPrefill list items per index. Allocated once for the run (never freed: the suite's threads use
+/// it to the end).
 struct op_memory {
   struct alignas(64) region {
-    std::intptr_t word[512];
+    std::intptr_t word[8 + kBufferCapacity * 8];
   };
   explicit op_memory(int slots)
       : slots(slots),

@@ -168,7 +168,7 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
     why_not = reg.owner == area_owner::percpu
                   ? "not comparable here: glibc's registration is off, so percpu registered its "
                     "own area, and librseq would need its own too (one area per thread)"
-                  : "no rseq area is registered (fallback mode)";
+                  : "no rseq area is registered: fallback mode";
     return {};
   }
   if (rseq_register_current_thread() != 0) {

@@ -7,6 +7,8 @@
 
 #include <percpu/percpu.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace percpu::cli {
@@ -187,6 +189,24 @@ void refill_lists() {
   g_memory->refill_lists();
 }
 
+// The sequences read the area directly, so each thread must be registered before its first
+// one: where percpu registers its own area (glibc's registration off), it does so on a thread's
+// first getcpu-cache call. An unregistered area reads cpu_id -1 (an index outside the regions)
+// and mm_cid 0, and the kernel would not abort a section armed there.
+template <auto Op>
+std::uint64_t registered_loop(int thread, const std::atomic<bool>& stop) {
+  (void)current_cpu();
+  if (arch::load_area_i32<abi::kOffCpuId>(g_off) < 0) {
+    // Registration failed in this thread (and the process left rseq mode): stop rather than
+    // run sections the kernel would not protect.
+    std::fprintf(stderr,
+                 "percpu bench ops: a thread's rseq area is not registered: the "
+                 "hand-written sequences cannot run\n");
+    std::exit(1);
+  }
+  return op_loop<Op>(thread, stop);
+}
+
 [[gnu::noinline]] int minimal_cpu() {
   return arch::load_area_i32<abi::kOffCpuId>(g_off);
 }
@@ -277,17 +297,17 @@ void memcpy_push_pop() {
 template <std::uint32_t F>
 void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
   out.push_back(
-      {op_primitive::counter_add, m, op_who::minimal, op_loop<add_one<F>>, clear_regions});
-  out.push_back(
-      {op_primitive::lock_unlock, m, op_who::minimal, op_loop<lock_unlock<F>>, clear_regions});
-  out.push_back(
-      {op_primitive::list_pop_push, m, op_who::minimal, op_loop<pop_push<F>>, refill_lists});
-  out.push_back({op_primitive::buffer_push_pop, m, op_who::minimal, op_loop<buffer_push_pop<F>>,
+      {op_primitive::counter_add, m, op_who::minimal, registered_loop<add_one<F>>, clear_regions});
+  out.push_back({op_primitive::lock_unlock, m, op_who::minimal, registered_loop<lock_unlock<F>>,
                  clear_regions});
-  out.push_back(
-      {op_primitive::memcpy16, m, op_who::minimal, op_loop<memcpy_push_pop<F, 16>>, clear_regions});
-  out.push_back(
-      {op_primitive::memcpy64, m, op_who::minimal, op_loop<memcpy_push_pop<F, 64>>, clear_regions});
+  out.push_back({op_primitive::list_pop_push, m, op_who::minimal, registered_loop<pop_push<F>>,
+                 refill_lists});
+  out.push_back({op_primitive::buffer_push_pop, m, op_who::minimal,
+                 registered_loop<buffer_push_pop<F>>, clear_regions});
+  out.push_back({op_primitive::memcpy16, m, op_who::minimal,
+                 registered_loop<memcpy_push_pop<F, 16>>, clear_regions});
+  out.push_back({op_primitive::memcpy64, m, op_who::minimal,
+                 registered_loop<memcpy_push_pop<F, 64>>, clear_regions});
 }
 
 }  // namespace
@@ -295,20 +315,23 @@ void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
 std::vector<op_contender> minimal_contenders(int slots, std::string& why_not) {
   const registration_info reg = registration();
   if (reg.fallback || reg.rseq_offset == 0) {
-    why_not = "no rseq area is registered (fallback mode)";
+    why_not = "no rseq area is registered: fallback mode";
     return {};
   }
   g_off = reg.rseq_offset;
   g_memory = new op_memory(slots);
   std::vector<op_contender> out;
-  out.push_back(
-      {op_primitive::current_cpu, index_mode::cpu_id, op_who::minimal, op_loop<minimal_cpu>, {}});
+  out.push_back({op_primitive::current_cpu,
+                 index_mode::cpu_id,
+                 op_who::minimal,
+                 registered_loop<minimal_cpu>,
+                 {}});
   add_mode_rows<abi::kOffCpuId>(out, index_mode::cpu_id);
   if (reg.fields.mm_cid) {
     out.push_back({op_primitive::current_mm_cid,
                    index_mode::mm_cid,
                    op_who::minimal,
-                   op_loop<minimal_mm_cid>,
+                   registered_loop<minimal_mm_cid>,
                    {}});
     add_mode_rows<abi::kOffMmCid>(out, index_mode::mm_cid);
   }
