@@ -61,11 +61,7 @@ class freelist {
     int index;
     status s = status::compare_failed;  // no attempt
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      slot& sl = slots_[index];
-      const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
-      item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
-      s = compare_compare_store<M, detail::rseq_only>(&sl.head, head, &sl.gate, kOpen,
-                                                      reinterpret_cast<std::intptr_t>(item), index);
+      s = push_attempt<detail::rseq_only>(item, index);
       if (PERCPU_LIKELY(s == status::committed)) return;
     }
     push_cold(item, s);
@@ -76,10 +72,8 @@ class freelist {
     int index;
     status s = status::compare_failed;  // no attempt
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      slot& sl = slots_[index];
       std::intptr_t item;
-      s = compare_pop<M, detail::rseq_only>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item,
-                                            index);
+      s = pop_attempt<detail::rseq_only>(item, index);
       if (PERCPU_LIKELY(s == status::committed)) return popped(item);
     }
     return pop_cold(s);
@@ -145,6 +139,22 @@ class freelist {
   }
 
  private:
+  // One attempt of push() and pop() on `index`, in rseq_only (the fast paths) or with_fallback
+  // (the loops below) policy.
+  template <class Policy>
+  status push_attempt(T* item, int index) noexcept {
+    slot& sl = slots_[index];
+    const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
+    item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
+    return compare_compare_store<M, Policy>(&sl.head, head, &sl.gate, kOpen,
+                                            reinterpret_cast<std::intptr_t>(item), index);
+  }
+  template <class Policy>
+  status pop_attempt(std::intptr_t& item, int index) noexcept {
+    slot& sl = slots_[index];
+    return compare_pop<M, Policy>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+  }
+
   // push() and pop() after their one fast attempt did not commit (the head moved, the list is
   // empty or closed, an abort, fallback mode): the full loops.
   [[gnu::noinline, gnu::cold]] void push_cold(T* item, status fast) noexcept {
@@ -153,11 +163,7 @@ class freelist {
       int at = 0;
       const status s = retry<M>([&](int index) {
         at = index;
-        slot& sl = slots_[index];
-        const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
-        item->*Link = reinterpret_cast<T*>(head);
-        return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen,
-                                        reinterpret_cast<std::intptr_t>(item), index);
+        return push_attempt<detail::with_fallback>(item, index);
       });
       if (s == status::committed) return;
       wait_if_closed(at);  // the head moved under us, or a drain closed the list
@@ -171,8 +177,7 @@ class freelist {
       std::intptr_t item = 0;
       const status s = retry<M>([&](int index) {
         at = index;
-        slot& sl = slots_[index];
-        return compare_pop<M>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+        return pop_attempt<detail::with_fallback>(item, index);
       });
       if (s == status::committed) return popped(item);
       if (!wait_if_closed(at)) return nullptr;  // open and empty

@@ -56,16 +56,10 @@ class memcpy_buffer {
   bool push(const T& record) noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
+    std::intptr_t n;
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      std::intptr_t* count = count_of(index);
-      const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-      // A closed count (kCountClosed set) is above the capacity too.
-      if (PERCPU_LIKELY(n < static_cast<std::intptr_t>(capacity_))) {
-        // Record n is above the count: nobody reads it until the count store publishes it.
-        s = compare_memcpy_store<M, commit_order::release, detail::rseq_only>(
-            count, n, record_of(index, n), &record, sizeof(T), n + 1, index);
-        if (PERCPU_LIKELY(s == status::committed)) return true;
-      }
+      s = push_attempt<detail::rseq_only>(record, index, n);
+      if (PERCPU_LIKELY(s == status::committed)) return true;
     }
     return push_cold(record, s);
   }
@@ -75,17 +69,10 @@ class memcpy_buffer {
   bool pop(T& out) noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
+    std::intptr_t n;
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      std::intptr_t* count = count_of(index);
-      const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-      // Empty (0) and closed (kCountClosed set) both fail this test.
-      if (PERCPU_LIKELY(static_cast<std::uintptr_t>(n - 1) <
-                        static_cast<std::uintptr_t>(detail::kCountClosed - 1))) {
-        // The copy into `out` may happen in attempts that abort; only the count store commits.
-        s = compare_memcpy_store<M, commit_order::relaxed, detail::rseq_only>(
-            count, n, &out, record_of(index, n - 1), sizeof(T), n - 1, index);
-        if (PERCPU_LIKELY(s == status::committed)) return true;
-      }
+      s = pop_attempt<detail::rseq_only>(out, index, n);
+      if (PERCPU_LIKELY(s == status::committed)) return true;
     }
     return pop_cold(out, s);
   }
@@ -147,43 +134,58 @@ class memcpy_buffer {
     return capacity;
   }
 
+  // One attempt of push() and pop() on `index`, in rseq_only (the fast paths) or with_fallback
+  // (the loops below) policy; `n` is the count it read. A full, empty or closed buffer
+  // (kCountClosed set: above every capacity) is compare_failed without a section.
+  template <class Policy>
+  status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
+    std::intptr_t* count = count_of(index);
+    n = __atomic_load_n(count, __ATOMIC_RELAXED);
+    if (n >= static_cast<std::intptr_t>(capacity_)) return status::compare_failed;
+    // Record n is above the count: nobody reads it until the count store publishes it.
+    return compare_memcpy_store<M, commit_order::release, Policy>(count, n, record_of(index, n),
+                                                                  &record, sizeof(T), n + 1, index);
+  }
+  template <class Policy>
+  status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
+    std::intptr_t* count = count_of(index);
+    n = __atomic_load_n(count, __ATOMIC_RELAXED);
+    if (static_cast<std::uintptr_t>(n - 1) >= static_cast<std::uintptr_t>(detail::kCountClosed - 1))
+      return status::compare_failed;
+    // The copy into `out` may happen in attempts that abort; only the count store commits.
+    return compare_memcpy_store<M, commit_order::relaxed, Policy>(
+        count, n, &out, record_of(index, n - 1), sizeof(T), n - 1, index);
+  }
+
   // push() and pop() after their one fast attempt did not commit (full, empty, closed, an
   // abort, fallback mode): the full loops.
   [[gnu::noinline, gnu::cold]] bool push_cold(const T& record, status fast) noexcept {
     detail::count_fast_attempt(fast);
     for (;;) {
-      bool full = false, closed = false;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* count = count_of(index);
-        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        full = n == static_cast<std::intptr_t>(capacity_);
-        if (closed || full) return status::compare_failed;
-        return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n),
-                                                              &record, sizeof(T), n + 1, index);
-      });
+      std::intptr_t n = 0;
+      const status s = retry<M>(
+          [&](int index) { return push_attempt<detail::with_fallback>(record, index, n); });
       if (s == status::committed) return true;
-      if (full) return false;
-      if (closed) detail::wait_for_remote();
+      if ((n & detail::kCountClosed) != 0) {
+        detail::wait_for_remote();
+      } else if (n >= static_cast<std::intptr_t>(capacity_)) {
+        return false;  // full
+      }
     }
   }
 
   [[gnu::noinline, gnu::cold]] bool pop_cold(T& out, status fast) noexcept {
     detail::count_fast_attempt(fast);
     for (;;) {
-      bool empty = false, closed = false;
-      const status s = retry<M>([&](int index) {
-        std::intptr_t* count = count_of(index);
-        const std::intptr_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-        closed = (n & detail::kCountClosed) != 0;
-        empty = n == 0;
-        if (closed || empty) return status::compare_failed;
-        return compare_memcpy_store<M>(count, n, &out, record_of(index, n - 1), sizeof(T), n - 1,
-                                       index);
-      });
+      std::intptr_t n = 0;
+      const status s =
+          retry<M>([&](int index) { return pop_attempt<detail::with_fallback>(out, index, n); });
       if (s == status::committed) return true;
-      if (empty) return false;
-      if (closed) detail::wait_for_remote();
+      if ((n & detail::kCountClosed) != 0) {
+        detail::wait_for_remote();
+      } else if (n == 0) {
+        return false;  // empty
+      }
     }
   }
 

@@ -40,10 +40,6 @@ namespace percpu {
 
 namespace detail {
 
-/// Area field a mode compares against, as an asm immediate.
-template <index_mode M>
-inline constexpr std::uint32_t kField = M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
-
 /// How an operation behaves outside rseq mode. with_fallback (the default): it runs the atomic
 /// fallback, so one call always does the operation in any mode. rseq_only: it reports
 /// index_changed instead, for a structure's fast path whose slow path (a full retry() loop)
