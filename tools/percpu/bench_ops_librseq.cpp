@@ -157,6 +157,9 @@ void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
       {op_primitive::memcpy16, m, w, registered_loop<memcpy_push_pop<P, 16>>, clear_regions});
   out.push_back(
       {op_primitive::memcpy64, m, w, registered_loop<memcpy_push_pop<P, 64>>, clear_regions});
+  // The mempool has no per-CPU caches: the same pool serves both modes' rows.
+  if (g_mempool != nullptr)
+    out.push_back({op_primitive::pool_alloc_free, m, w, registered_loop<mempool_alloc_free>, {}});
 }
 
 }  // namespace
@@ -188,12 +191,6 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
                  registered_loop<librseq_cpu>,
                  {}});
   add_mode_rows<RSEQ_PERCPU_CPU_ID>(out, index_mode::cpu_id);
-  if (g_mempool != nullptr)
-    out.push_back({op_primitive::pool_alloc_free,
-                   index_mode::cpu_id,
-                   op_who::librseq,
-                   registered_loop<mempool_alloc_free>,
-                   {}});
   if (rseq_mm_cid_available()) {
     out.push_back({op_primitive::current_mm_cid,
                    index_mode::mm_cid,
@@ -202,13 +199,6 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
                    {}});
     add_mode_rows<RSEQ_PERCPU_MM_CID>(out, index_mode::mm_cid);
   }
-  // The mempool has no per-CPU caches, so it is the same pool in both rows.
-  if (g_mempool != nullptr)
-    out.push_back({op_primitive::pool_alloc_free,
-                   index_mode::mm_cid,
-                   op_who::librseq,
-                   registered_loop<mempool_alloc_free>,
-                   {}});
   return out;
 }
 
