@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "bench_ops.h"
 #include "bench_runner.h"
@@ -137,10 +138,11 @@ struct percpu_side {
   }
 };
 
-[[gnu::noinline]] int percpu_cpu() {
+// The getcpu rows call a function of their own, aligned as call_op is, in every column.
+[[gnu::noinline, gnu::aligned(64)]] int percpu_cpu() {
   return current_cpu();
 }
-[[gnu::noinline]] int percpu_mm_cid() {
+[[gnu::noinline, gnu::aligned(64)]] int percpu_mm_cid() {
   return current_mm_cid();
 }
 
@@ -210,7 +212,7 @@ struct atomic_side {
   }
 };
 
-[[gnu::noinline]] int glibc_sched_getcpu() {
+[[gnu::noinline, gnu::aligned(64)]] int glibc_sched_getcpu() {
   return sched_getcpu();
 }
 
@@ -330,8 +332,15 @@ int bench_ops(const bench_options& options) {
   for (auto& c : librseq_contenders(slots, librseq_missing)) contenders.push_back(std::move(c));
 
   // Rounds alternate the contenders: each registers once per round, as its own benchmark of one
-  // repetition; the runner gathers the rounds' samples under one name.
-  const bench_plan plan = make_plan(options, {7, 0.1}, {3, 0.03});
+  // repetition; the runner gathers the rounds' samples under one name. Within a round the
+  // contenders of one row run back to back, so the ratios of a row compare runs a few tens of
+  // milliseconds apart; on a shared machine, many short rounds give steadier medians than a few
+  // long ones.
+  std::stable_sort(contenders.begin(), contenders.end(),
+                   [](const op_contender& a, const op_contender& b) {
+                     return std::pair(a.mode, a.primitive) < std::pair(b.mode, b.primitive);
+                   });
+  const bench_plan plan = make_plan(options, {15, 0.04}, {5, 0.02});
   std::vector<int> thread_counts = {1};
   if (cpus > 1) thread_counts.push_back(cpus);
   for (int round = 0; round < plan.repetitions; ++round)

@@ -38,10 +38,10 @@ int index_now() {
                                  : static_cast<int>(rseq_current_mm_cid());
 }
 
-[[gnu::noinline]] int librseq_cpu() {
+[[gnu::noinline, gnu::aligned(64)]] int librseq_cpu() {
   return static_cast<int>(rseq_current_cpu());
 }
-[[gnu::noinline]] int librseq_mm_cid() {
+[[gnu::noinline, gnu::aligned(64)]] int librseq_mm_cid() {
   return static_cast<int>(rseq_current_mm_cid());
 }
 
