@@ -42,7 +42,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace percpu {
 namespace detail {
-hot_state g_hot = {0, kUninitialized, 0, 0, 0, 0};
+hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0};
 }  // namespace detail
 
 namespace {
@@ -225,10 +225,15 @@ void do_initialize() {
   g_owner = info.owner;
   g_hot.node_usable = info.fields.node_id;
   g_hot.mm_cid_usable = info.fields.mm_cid;
-  g_hot.cpu_id_bound = static_cast<std::uint32_t>(machine_topology().cpu_id_bound);
-  g_hot.mm_cid_bound = static_cast<std::uint32_t>(machine_topology().mm_cid_bound);
+  g_hot.mm_cid_index_offset =
+      info.rseq_offset + (info.fields.mm_cid ? abi::kOffMmCid : abi::kOffCpuId);
   __atomic_store_n(&g_hot.rseq_offset, info.rseq_offset, __ATOMIC_RELEASE);
   __atomic_store_n(&g_hot.fallback, mode, __ATOMIC_RELEASE);
+  // Last, with release order: a fast path that sees a bound sees everything above.
+  __atomic_store_n(&g_hot.cpu_id_bound, static_cast<std::uint32_t>(machine_topology().cpu_id_bound),
+                   __ATOMIC_RELEASE);
+  __atomic_store_n(&g_hot.mm_cid_bound, static_cast<std::uint32_t>(machine_topology().mm_cid_bound),
+                   __ATOMIC_RELEASE);
 }
 
 std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done

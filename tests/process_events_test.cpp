@@ -3,6 +3,10 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
 
 #include <percpu/percpu.h>
 #include <atomic>
@@ -17,20 +21,71 @@ using percpu::index_mode;
 using percpu::status;
 using percpu::test::in_child;
 
-TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafe) {
-  // After dlclose() the module's rseq_cs descriptors are unmapped; the thread must not point the
-  // kernel at them (it would be killed at the next preemption).
-  void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(h, nullptr) << dlerror();
-  auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
-  ASSERT_NE(run, nullptr);
-  EXPECT_EQ(run(100), 100);
-  ASSERT_EQ(dlclose(h), 0);
-  for (int i = 0; i < 100; ++i) {  // preemptions, migrations and system calls
+// The calling thread's rseq_cs field (the descriptor pointer the kernel reads).
+std::uint64_t* rseq_cs_field() {
+  return reinterpret_cast<std::uint64_t*>(percpu::arch::thread_pointer() +
+                                          percpu::detail::g_hot.rseq_offset + 8);
+}
+
+// Preemptions, migrations and system calls: each makes the kernel look at rseq_cs.
+void be_preempted_often() {
+  for (int i = 0; i < 100; ++i) {
     sched_yield();
     usleep(1000);
   }
-  EXPECT_GE(percpu::current_cpu(), 0);
+}
+
+TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeAfterPrepareUnload) {
+  // Both threads that ran the plugin's sections call prepare_unload(), then the plugin goes.
+  const int rc = in_child([] {
+    void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return 2;
+    auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
+    if (run == nullptr) return 3;
+    std::atomic<int> stage{0};
+    std::thread other([&] {
+      run(100);
+      percpu::prepare_unload();
+      stage = 1;
+      while (stage.load() != 2) sched_yield();
+      be_preempted_often();
+    });
+    run(100);
+    percpu::prepare_unload();
+    if (*rseq_cs_field() != 0) return 4;
+    while (stage.load() != 1) sched_yield();
+    if (dlclose(h) != 0) return 5;
+    stage = 2;
+    be_preempted_often();
+    other.join();
+    return percpu::current_cpu() >= 0 ? 0 : 6;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(ProcessEvents, AStaleDescriptorPointerAfterUnloadIsWhatTheKernelKills) {
+  // Why prepare_unload() exists: a section leaves rseq_cs pointing at its descriptor, and a
+  // thread that is not preempted between its last section and the unload still points there
+  // when the plugin is gone. Made deterministic by putting back the pointer the sections left
+  // (a preemption in between would have let the kernel clear it).
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: no registered area";
+  const int rc = in_child([] {
+    void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return 2;
+    auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
+    if (run == nullptr) return 3;
+    std::uint64_t left = 0;
+    for (int i = 0; i < 1000 && left == 0; ++i) {
+      run(1);
+      left = __atomic_load_n(rseq_cs_field(), __ATOMIC_RELAXED);
+    }
+    if (left == 0) return 4;  // the sections left nothing armed: nothing to show
+    if (dlclose(h) != 0) return 5;
+    __atomic_store_n(rseq_cs_field(), left, __ATOMIC_RELAXED);
+    be_preempted_often();
+    return 0;
+  });
+  EXPECT_EQ(rc, 100 + SIGSEGV);
 }
 
 struct item {

@@ -55,7 +55,8 @@ template <index_mode M, class Words>
 /// drain has the count closed. Async-signal-safe. `words` is copied to the slow path: capture
 /// by value.
 template <index_mode M, class Words>
-inline bool stack_push(Words&& words, std::size_t capacity, std::intptr_t value) noexcept {
+PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
+                                     std::intptr_t value) noexcept {
   int index;
   status s = status::compare_failed;  // no attempt
   if (PERCPU_LIKELY(try_current_index<M>(index))) {
@@ -100,7 +101,7 @@ template <index_mode M, class Words>
 /// Returns false when it is empty. The entry is compared as well as the count: a pop and a
 /// push of another value in between would leave the count as it was. Async-signal-safe.
 template <index_mode M, class Words>
-inline bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
+PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
   int index;
   status s = status::compare_failed;  // no attempt
   if (PERCPU_LIKELY(try_current_index<M>(index))) {
@@ -220,11 +221,10 @@ class buffer {
   /// Pushes `p` onto the calling thread's buffer. Returns false, storing nothing, when that
   /// buffer is full. Throws std::invalid_argument for a null pointer and (Checked)
   /// std::logic_error for a pointer already stored; nothing changes then either.
-  bool push(P p) {
-    if (p == nullptr) throw std::invalid_argument("percpu::buffer::push: null pointer");
+  PERCPU_ALWAYS_INLINE bool push(P p) {
+    if (PERCPU_UNLIKELY(p == nullptr)) throw_null_pointer();
     if constexpr (Checked) {
-      if (!detail::checked_insert(p))
-        throw std::logic_error("percpu::buffer::push: pointer is already stored (double push)");
+      if (!detail::checked_insert(p)) throw_double_push();
     }
     if (detail::stack_push<M>([this](int index) { return words(index); }, capacity_,
                               reinterpret_cast<std::intptr_t>(p)))
@@ -234,7 +234,7 @@ class buffer {
   }
 
   /// Pops the most recently pushed pointer of the calling thread's buffer; nullptr when empty.
-  P pop() noexcept {
+  PERCPU_ALWAYS_INLINE P pop() noexcept {
     std::intptr_t p = 0;
     if (!detail::stack_pop<M>([this](int index) { return words(index); }, p)) return nullptr;
     if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
@@ -283,6 +283,12 @@ class buffer {
   }
 
  private:
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_null_pointer() {
+    throw std::invalid_argument("percpu::buffer::push: null pointer");
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_double_push() {
+    throw std::logic_error("percpu::buffer::push: pointer is already stored (double push)");
+  }
   static std::size_t checked_capacity(std::size_t capacity) {
     if (capacity == 0 || capacity > kMaxCapacity)
       throw std::invalid_argument("percpu::buffer: capacity " + std::to_string(capacity) +

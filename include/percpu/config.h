@@ -16,6 +16,9 @@
 /// For the critical sections and the layers that wrap them: they must be inlined into the
 /// caller's fast path (an out-of-line section costs a call and its register saves).
 #define PERCPU_ALWAYS_INLINE inline __attribute__((always_inline))
+/// The same for a lambda (written after its parameter list): the closures that carry a
+/// section through dispatch() must not become calls either.
+#define PERCPU_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
 
 #define PERCPU_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PERCPU_UNLIKELY(x) __builtin_expect(!!(x), 0)

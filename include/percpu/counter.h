@@ -34,7 +34,7 @@ class counter {
   explicit counter(pool<M>& from) : slots_(index_space<M>(), from) {}
 
   /// Adds `n` to the calling thread's slot.
-  void add(T n) noexcept {
+  PERCPU_ALWAYS_INLINE void add(T n) noexcept {
     const auto delta = static_cast<std::intptr_t>(n);
     int index;
     status s = status::compare_failed;  // no attempt

@@ -34,28 +34,32 @@ constexpr const char* to_string(index_mode m) noexcept {
 namespace detail {
 /// True when `id` read from the area lies in [0, bound): one unsigned compare, which also
 /// rejects the negative cpu_id of an unregistered area.
-inline bool in_bound(std::int32_t id, std::uint32_t bound) noexcept {
+PERCPU_ALWAYS_INLINE bool in_bound(std::int32_t id, std::uint32_t bound) noexcept {
   return static_cast<std::uint32_t>(id) < bound;
 }
 
 /// The fast path of current_cpu(), without its slow path: sets `cpu` and returns true when the
 /// area holds a cpu_id inside the index space; false otherwise (not initialized, thread not
 /// registered, fallback mode from the start, an id beyond the index space).
-inline bool try_current_cpu(int& cpu) noexcept {
-  const std::intptr_t off = g_hot.rseq_offset;
-  if (PERCPU_UNLIKELY(off == 0)) return false;
-  cpu = arch::load_area_i32<abi::kOffCpuId>(off);
-  return in_bound(cpu, g_hot.cpu_id_bound);
+///
+/// The bound is loaded first, with acquire order (initialize() stores it last): a nonzero bound
+/// means the offset is set. Before initialization the offset is 0 and the load reads the
+/// thread's control block (always mapped; the value is discarded against a bound of 0). In
+/// fallback mode from the start the offset is percpu's own area, never registered: cpu_id -1.
+PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
+  const std::uint32_t bound = __atomic_load_n(&g_hot.cpu_id_bound, __ATOMIC_ACQUIRE);
+  cpu = arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset);
+  return in_bound(cpu, bound);
 }
 
-/// The fast path of current_mm_cid(), likewise (false also where mm_cid is not usable).
-inline bool try_current_mm_cid(int& cid) noexcept {
-  const std::intptr_t off = g_hot.rseq_offset;
-  if (PERCPU_UNLIKELY(off == 0 || !g_hot.mm_cid_usable)) return false;
-  // cpu_id first: an unregistered area holds mm_cid 0, a valid-looking id.
-  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(off) < 0)) return false;
-  cid = arch::load_area_i32<abi::kOffMmCid>(off);
-  return in_bound(cid, g_hot.mm_cid_bound);
+/// The fast path of current_mm_cid(), likewise. Reads the field of g_hot.mm_cid_index_offset
+/// (mm_cid, or cpu_id where the kernel lacks mm_cid), after checking cpu_id: an unregistered
+/// area (a thread whose registration failed) can hold a valid-looking mm_cid, 0 or a stale one.
+PERCPU_ALWAYS_INLINE bool try_current_mm_cid(int& cid) noexcept {
+  const std::uint32_t bound = __atomic_load_n(&g_hot.mm_cid_bound, __ATOMIC_ACQUIRE);
+  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset) < 0)) return false;
+  cid = arch::load_area_i32<0>(g_hot.mm_cid_index_offset);
+  return in_bound(cid, bound);
 }
 }  // namespace detail
 
@@ -67,7 +71,7 @@ inline bool try_current_mm_cid(int& cid) noexcept {
 /// showing fewer CPUs than the kernel has), which moves the process to fallback mode and is
 /// reduced into the index space, so the result always indexes per-CPU data safely. Never
 /// negative. Async-signal-safe.
-inline int current_cpu() noexcept {
+PERCPU_ALWAYS_INLINE int current_cpu() noexcept {
   int cpu;
   if (PERCPU_LIKELY(detail::try_current_cpu(cpu))) return cpu;
   return detail::current_cpu_slow();
@@ -93,7 +97,7 @@ inline int current_node() noexcept {
 /// first asked, released at thread exit), taken modulo the index space when threads outnumber it.
 /// Two loads from the area on the fast path (cpu_id, then mm_cid); an id beyond the index space
 /// is handled as in current_cpu(). Never negative.
-inline int current_mm_cid() noexcept {
+PERCPU_ALWAYS_INLINE int current_mm_cid() noexcept {
   int cid;
   if (PERCPU_LIKELY(detail::try_current_mm_cid(cid))) return cid;
   return detail::current_mm_cid_slow();
@@ -101,7 +105,7 @@ inline int current_mm_cid() noexcept {
 
 /// The calling thread's index in mode M: current_cpu() or current_mm_cid().
 template <index_mode M>
-inline int current_index() noexcept {
+PERCPU_ALWAYS_INLINE int current_index() noexcept {
   if constexpr (M == index_mode::cpu_id) {
     return current_cpu();
   } else {
@@ -112,7 +116,7 @@ inline int current_index() noexcept {
 namespace detail {
 /// The fast path of current_index<M>(): try_current_cpu() or try_current_mm_cid().
 template <index_mode M>
-inline bool try_current_index(int& index) noexcept {
+PERCPU_ALWAYS_INLINE bool try_current_index(int& index) noexcept {
   if constexpr (M == index_mode::cpu_id) {
     return try_current_cpu(index);
   } else {

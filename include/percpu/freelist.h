@@ -52,11 +52,10 @@ class freelist {
   /// Pushes `item` onto the calling thread's list.
   /// Throws std::invalid_argument for a null item, and (Checked) std::logic_error when `item`
   /// is already stored in a percpu structure; in both cases nothing changes.
-  void push(T* item) {
-    if (item == nullptr) throw std::invalid_argument("percpu::freelist::push: null item");
+  PERCPU_ALWAYS_INLINE void push(T* item) {
+    if (PERCPU_UNLIKELY(item == nullptr)) throw_null_item();
     if constexpr (Checked) {
-      if (!detail::checked_insert(item))
-        throw std::logic_error("percpu::freelist::push: item is already in a list (double push)");
+      if (!detail::checked_insert(item)) throw_double_push();
     }
     int index;
     status s = status::compare_failed;  // no attempt
@@ -68,7 +67,7 @@ class freelist {
   }
 
   /// Pops the most recently pushed item of the calling thread's list; nullptr when it is empty.
-  T* pop() noexcept {
+  PERCPU_ALWAYS_INLINE T* pop() noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
@@ -142,7 +141,7 @@ class freelist {
   // One attempt of push() and pop() on `index`, in rseq_only (the fast paths) or with_fallback
   // (the loops below) policy.
   template <class Policy>
-  status push_attempt(T* item, int index) noexcept {
+  PERCPU_ALWAYS_INLINE status push_attempt(T* item, int index) noexcept {
     slot& sl = slots_[index];
     const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
     item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
@@ -150,9 +149,16 @@ class freelist {
                                             reinterpret_cast<std::intptr_t>(item), index);
   }
   template <class Policy>
-  status pop_attempt(std::intptr_t& item, int index) noexcept {
+  PERCPU_ALWAYS_INLINE status pop_attempt(std::intptr_t& item, int index) noexcept {
     slot& sl = slots_[index];
     return compare_pop<M, Policy>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+  }
+
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_null_item() {
+    throw std::invalid_argument("percpu::freelist::push: null item");
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_double_push() {
+    throw std::logic_error("percpu::freelist::push: item is already in a list (double push)");
   }
 
   // push() and pop() after their one fast attempt did not commit (the head moved, the list is

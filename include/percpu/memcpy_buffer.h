@@ -53,7 +53,7 @@ class memcpy_buffer {
 
   /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
   /// is full.
-  bool push(const T& record) noexcept {
+  PERCPU_ALWAYS_INLINE bool push(const T& record) noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
     std::intptr_t n;
@@ -66,7 +66,7 @@ class memcpy_buffer {
 
   /// Copies the most recently pushed record of the calling thread's buffer into `out` and
   /// removes it. Returns false, leaving `out` unspecified, when the buffer is empty.
-  bool pop(T& out) noexcept {
+  PERCPU_ALWAYS_INLINE bool pop(T& out) noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
     std::intptr_t n;
@@ -138,7 +138,7 @@ class memcpy_buffer {
   // (the loops below) policy; `n` is the count it read. A full, empty or closed buffer
   // (kCountClosed set: above every capacity) is compare_failed without a section.
   template <class Policy>
-  status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
+  PERCPU_ALWAYS_INLINE status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (n >= static_cast<std::intptr_t>(capacity_)) return status::compare_failed;
@@ -147,7 +147,7 @@ class memcpy_buffer {
                                                                   &record, sizeof(T), n + 1, index);
   }
   template <class Policy>
-  status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
+  PERCPU_ALWAYS_INLINE status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (static_cast<std::uintptr_t>(n - 1) >= static_cast<std::uintptr_t>(detail::kCountClosed - 1))

@@ -13,13 +13,15 @@
 // are naturally aligned and stay valid for the call.
 //
 // The shape of a fast path (retry() and every structure): read the index from the area, make one
-// attempt inlined into the caller (arm, compare the index, check the mode, do the work, commit,
-// disarm), and hand anything else (a failed read, an abort, a compare that failed, fallback
-// mode) to an out-of-line cold path that runs the full loop. The fast path thus makes no call
-// and saves no register. Its cost above a bare sequence is what keeps it safe: the index
-// compared with the index space (a CPU id sysfs did not announce), the mode check (the switch to
-// fallback mode), and the disarming store (code that dlclose() unloads). Each operation takes a
-// policy: detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
+// attempt inlined into the caller (arm, compare the index, check the mode, do the work, commit),
+// and hand anything else (a failed read, an abort, a compare that failed, fallback mode) to an
+// out-of-line cold path that runs the full loop. The fast path thus makes no call and saves no
+// register. Its cost above a bare sequence is what keeps it safe: the index compared with the
+// index space (a CPU id sysfs did not announce) and the mode check inside the section (the
+// switch to fallback mode); in mm_cid mode also the check that the thread's area is registered.
+// No section disarms when it ends (the kernel clears rseq_cs lazily, as with librseq): code that
+// dlclose() unloads needs prepare_unload() (unload.h). Each operation takes a policy:
+// detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
 // detail::rseq_only reports index_changed instead, for fast paths whose cold path does the rest.
 #pragma once
 
@@ -60,38 +62,41 @@ template <class FallbackOp>
   return status::index_changed;
 }
 
-/// Runs `rseq_op(offset, field)` with the area offset and the field mode M compares (cpu_id
-/// when the kernel lacks mm_cid), or `fallback_op()` when the process is not in rseq mode.
+/// Runs `rseq_op(off, idx, field)`, one attempt of a section: `off` is the area's offset from the
+/// thread pointer, `idx + field` (field: a std::integral_constant) the offset of the 32-bit field
+/// mode M compares (cpu_id; mm_cid mode's field is precomputed in g_hot.mm_cid_index_offset, so
+/// no branch picks it). Outside rseq mode, runs `fallback_op()` (with_fallback) or reports
+/// index_changed (rseq_only).
 ///
-/// The fast path checks only that percpu has an area offset: the section itself checks the
-/// mode (it must, for the switch to fallback mode), and reports a mode other than rseq as
-/// index_changed, so the mode is read here only after an attempt that did not complete. It is
-/// read after an abort too: under a debugger that single-steps or stops at a breakpoint inside
-/// the section, every attempt aborts before it reaches the section's own mode check, and once
-/// retry() has switched the process to fallback mode the operation must complete there.
+/// with_fallback tests that percpu has an area offset first: a caller may pass any index before
+/// initialization. rseq_only does not: its callers are fast paths that read the index with
+/// detail::try_current_index() first, whose success implies the offset (cpu.h).
+///
+/// The section itself checks the mode (it must, for the switch to fallback mode) and reports a
+/// mode other than rseq as index_changed, so the mode is read here only after an attempt that
+/// did not complete. It is read after an abort too: under a debugger that single-steps or stops
+/// at a breakpoint inside the section, every attempt aborts before it reaches the section's own
+/// mode check, and once retry() has switched the process to fallback mode the operation must
+/// complete there.
 template <index_mode M, class Policy, class RseqOp, class FallbackOp>
 PERCPU_ALWAYS_INLINE status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
   static_assert(std::is_same_v<Policy, with_fallback> || std::is_same_v<Policy, rseq_only>,
                 "percpu: the policy of an operation is detail::with_fallback or rseq_only");
   const std::intptr_t off = g_hot.rseq_offset;
-  if (PERCPU_LIKELY(off != 0)) {
-    status s;
-    if constexpr (M == index_mode::mm_cid) {
-      if (PERCPU_LIKELY(g_hot.mm_cid_usable)) {
-        s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffMmCid>{});
-      } else {
-        s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
-      }
-    } else {
-      s = rseq_op(off, std::integral_constant<std::uint32_t, abi::kOffCpuId>{});
+  // cpu_id: the area's field; mm_cid: the precomputed one (field 0 from its offset).
+  const std::intptr_t idx = M == index_mode::mm_cid ? g_hot.mm_cid_index_offset : off;
+  using field = std::integral_constant<std::uint32_t, M == index_mode::mm_cid ? 0 : abi::kOffCpuId>;
+  if constexpr (std::is_same_v<Policy, rseq_only>) {
+    return rseq_op(off, idx, field{});
+  } else {
+    if (PERCPU_LIKELY(off != 0)) {
+      const status s = rseq_op(off, idx, field{});
+      if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
+      if (PERCPU_LIKELY(__atomic_load_n(&g_hot.fallback, __ATOMIC_RELAXED) == kRseqMode)) return s;
     }
-    if constexpr (std::is_same_v<Policy, rseq_only>) return s;
-    if (PERCPU_LIKELY(s == status::committed || s == status::compare_failed)) return s;
-    if (PERCPU_LIKELY(__atomic_load_n(&g_hot.fallback, __ATOMIC_RELAXED) == kRseqMode)) return s;
+    // No area (not initialized, or fallback mode from the start), or the mode has changed.
+    return dispatch_cold(std::forward<FallbackOp>(fallback_op));
   }
-  if constexpr (std::is_same_v<Policy, rseq_only>) return status::index_changed;
-  // No area (not initialized, or fallback mode from the start), or the mode has changed.
-  return dispatch_cold(std::forward<FallbackOp>(fallback_op));
 }
 
 }  // namespace detail
@@ -107,8 +112,8 @@ template <index_mode M, class Policy = detail::with_fallback>
 PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status add(std::intptr_t* v, std::intptr_t count,
                                                int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::add<decltype(field)::value>(off, v, count, index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::add<decltype(field)::value>(off, idx, v, count, index);
       },
       [=] { return detail::fallback_add(v, count); });
 }
@@ -119,8 +124,8 @@ template <index_mode M, class Policy = detail::with_fallback>
 PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t* v, std::intptr_t expect,
                                                          std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::compare_store<decltype(field)::value>(off, v, expect, newv, index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_store<decltype(field)::value>(off, idx, v, expect, newv, index);
       },
       [=] { return detail::fallback_compare_store(v, expect, newv); });
 }
@@ -132,8 +137,8 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status
 compare_compare_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                       std::intptr_t expect2, std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::compare_compare_store<decltype(field)::value>(off, v, expect, v2, expect2,
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_compare_store<decltype(field)::value>(off, idx, v, expect, v2, expect2,
                                                                    newv, index);
       },
       [=] { return detail::fallback_compare_compare_store(v, expect, v2, expect2, newv); });
@@ -148,8 +153,8 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status pop(std::intptr_t* v, std::intptr_t e
                                                std::ptrdiff_t offset, std::intptr_t* out,
                                                int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::pop<decltype(field)::value>(off, v, expect, offset, out, index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::pop<decltype(field)::value>(off, idx, v, expect, offset, out, index);
       },
       [=] { return detail::fallback_pop(v, expect, offset, out); });
 }
@@ -164,9 +169,9 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t* v, std::in
                                                        std::ptrdiff_t offset, std::intptr_t* out,
                                                        int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::compare_pop<decltype(field)::value>(off, v, expect, v2, expect2, offset, out,
-                                                         index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_pop<decltype(field)::value>(off, idx, v, expect, v2, expect2, offset,
+                                                         out, index);
       },
       [=] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
 }
@@ -181,9 +186,9 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status
 compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2, std::intptr_t newv2,
                     std::intptr_t newv, int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::compare_store_store<decltype(field)::value>(off, v, expect, v2, newv2, newv,
-                                                                 index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_store_store<decltype(field)::value>(off, idx, v, expect, v2, newv2,
+                                                                 newv, index);
       },
       [=] { return detail::fallback_compare_store_store(v, expect, v2, newv2, newv); });
 }
@@ -202,9 +207,9 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t* v
                                                                 std::intptr_t newv,
                                                                 int index) noexcept {
   return detail::dispatch<M, Policy>(
-      [&](std::intptr_t off, auto field) {
-        return arch::compare_memcpy_store<decltype(field)::value>(off, v, expect, dst, src, len,
-                                                                  newv, index);
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_memcpy_store<decltype(field)::value>(off, idx, v, expect, dst, src,
+                                                                  len, newv, index);
       },
       [=] { return detail::fallback_compare_memcpy_store(v, expect, dst, src, len, newv); });
 }

@@ -18,3 +18,4 @@
 #include "percpu/spinlock.h"
 #include "percpu/status.h"
 #include "percpu/topology.h"
+#include "percpu/unload.h"

@@ -85,6 +85,10 @@ namespace detail {
 struct alignas(64) hot_state {
   /// Offset of the rseq area from the thread pointer; 0 until percpu is initialized.
   std::intptr_t rseq_offset;
+  /// Offset from the thread pointer of the field mm_cid mode reads: the area's mm_cid, or its
+  /// cpu_id where the kernel lacks mm_cid; 0 until percpu is initialized. Precomputed so that
+  /// mm_cid mode's fast paths and sections address the field without a branch.
+  std::intptr_t mm_cid_index_offset;
   /// kRseqMode, kSwitching (leaving rseq mode, fence in progress), kFallbackMode or
   /// kUninitialized. Read inside every critical section, so that a fence can stop sections that
   /// began before a switch.
@@ -96,6 +100,9 @@ struct alignas(64) hot_state {
   /// Sizes of the cpu_id and mm_cid index spaces (machine_topology()); 0 until initialized. The
   /// getcpu cache returns an id from the area only when it is below these, so no structure
   /// sized by the index space is ever indexed outside its memory, whatever sysfs said.
+  /// initialize() stores them last, with release order, and the fast paths load them first,
+  /// with acquire order: a nonzero bound guarantees the offsets above are set, so the fast
+  /// paths need no separate test of the offset.
   std::uint32_t cpu_id_bound;
   std::uint32_t mm_cid_bound;
 };

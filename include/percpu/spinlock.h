@@ -37,7 +37,7 @@ class spinlock {
   /// Takes the lock of the calling thread's current index and returns that index. Spins while
   /// another thread holds it (yielding the CPU after a short spin, so a holder that was
   /// preempted on this CPU can run).
-  int lock() noexcept {
+  PERCPU_ALWAYS_INLINE int lock() noexcept {
     const int index = try_lock();
     if (PERCPU_LIKELY(index >= 0)) return index;
     return lock_cold();
@@ -45,7 +45,7 @@ class spinlock {
 
   /// Takes the lock of the calling thread's current index if it is free: returns the index, or
   /// -1 when another thread holds it.
-  int try_lock() noexcept {
+  PERCPU_ALWAYS_INLINE int try_lock() noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
@@ -61,7 +61,7 @@ class spinlock {
   /// that lock is not held; nothing changes then. (A second unlock that races with the holder's
   /// own unlock can go unnoticed: telling those apart would take an atomic instruction on every
   /// unlock.)
-  void unlock(int index) {
+  PERCPU_ALWAYS_INLINE void unlock(int index) {
     std::intptr_t& word = locks_.at(index);
     if (PERCPU_UNLIKELY(__atomic_load_n(&word, __ATOMIC_RELAXED) != 1)) throw_not_held(index);
     __atomic_store_n(&word, 0, __ATOMIC_RELEASE);

@@ -1,6 +1,6 @@
 // The limit of `percpu bench ops`: each primitive as the shortest rseq sequence that does it,
 // written by hand for this benchmark. Read the index from the area, arm the section, compare the
-// index, do the work, commit; no mode check, no bounds check, no disarm, no retry bookkeeping.
+// index, do the work, commit; no mode check, no bounds check, no retry bookkeeping.
 // What percpu adds on top of this is what the suite's ratio shows. (x86-64 only; ABI: Linux
 // include/uapi/linux/rseq.h.)
 #include "bench_ops.h"
@@ -207,10 +207,10 @@ std::uint64_t registered_loop(int thread, const std::atomic<bool>& stop) {
   return op_loop<Op>(thread, stop);
 }
 
-[[gnu::noinline]] int minimal_cpu() {
+[[gnu::noinline, gnu::aligned(64)]] int minimal_cpu() {
   return arch::load_area_i32<abi::kOffCpuId>(g_off);
 }
-[[gnu::noinline]] int minimal_mm_cid() {
+[[gnu::noinline, gnu::aligned(64)]] int minimal_mm_cid() {
   return arch::load_area_i32<abi::kOffMmCid>(g_off);
 }
 

@@ -29,22 +29,23 @@
   ".popsection\n\t"
 
 /// What every section returns after its asm goto: committed when control falls through,
-/// aborted from the abort handler (the kernel already cleared rseq_cs), index_changed from the
-/// early exit. Sections with a compare use PERCPU_RETURN_STATUSES_WITH_CMPFAIL. Every exit but the
-/// abort disarms (clear_rseq_cs).
-#define PERCPU_RETURN_STATUSES(off) \
-  clear_rseq_cs(off);               \
-  return status::committed;         \
-  aborted:                          \
-  return status::aborted;           \
-  moved:                            \
-  clear_rseq_cs(off);               \
+/// aborted from the abort handler, index_changed from the early exit. Sections with a compare
+/// use PERCPU_RETURN_STATUSES_WITH_CMPFAIL.
+///
+/// No exit disarms (rseq_cs keeps pointing at the descriptor): the kernel clears it at the
+/// thread's next preemption, signal or migration, when it finds the instruction pointer outside
+/// the section, as librseq and tcmalloc leave it. The one hazard is code unloaded while a thread
+/// still points at one of its descriptors; prepare_unload() (percpu/unload.h) is the remedy.
+#define PERCPU_RETURN_STATUSES \
+  return status::committed;    \
+  aborted:                     \
+  return status::aborted;      \
+  moved:                       \
   return status::index_changed;
 
-/// PERCPU_RETURN_STATUSES plus the `cmpfail:` exit of the sections that compare: disarms and
-/// returns compare_failed.
-#define PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off) \
-  PERCPU_RETURN_STATUSES(off)                    \
-  cmpfail:                                       \
-  clear_rseq_cs(off);                            \
+/// PERCPU_RETURN_STATUSES plus the `cmpfail:` exit of the sections that compare: returns
+/// compare_failed.
+#define PERCPU_RETURN_STATUSES_WITH_CMPFAIL \
+  PERCPU_RETURN_STATUSES                    \
+  cmpfail:                                  \
   return status::compare_failed;

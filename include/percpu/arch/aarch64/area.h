@@ -18,8 +18,8 @@ inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
   return *reinterpret_cast<const volatile std::int32_t*>(thread_pointer() + rseq_offset + Field);
 }
 
-/// Disarms the thread's critical section: area->rseq_cs = 0 (see ../x86_64/area.h for why every
-/// exit but an abort does this).
+/// Disarms the thread's critical section: area->rseq_cs = 0 (see ../x86_64/area.h: what
+/// prepare_unload() does).
 inline void clear_rseq_cs(std::intptr_t rseq_offset) noexcept {
   asm volatile("str xzr, [%[p]]" : : [p] "r"(thread_pointer() + rseq_offset + 8) : "memory");
 }

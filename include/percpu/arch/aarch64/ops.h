@@ -1,5 +1,5 @@
 // aarch64 per-CPU critical sections: the operations of ../x86_64/ops.h (same pseudocode, same
-// statuses, same disarming on every exit but an abort), in arm64 assembly.
+// statuses, no disarming store on any exit), in arm64 assembly.
 //
 // Memory order: aarch64 is weakly ordered. The commit of every store variant is a store-release
 // (stlr), so whatever the section or the caller wrote before it (a try-store, a copy, a node's
@@ -19,14 +19,16 @@
 
 namespace percpu::arch {
 
-// Shared head: descriptor, early exit to `moved`, area address (x10), arming store, index check
-// and mode check. %[off] is the area's offset from the thread pointer.
+// Shared head: descriptor, early exit to `moved`, area address (x10, from the thread pointer in
+// x13), arming store, index check and mode check. %[off] is the area's offset from the thread
+// pointer, %[idxf] the index field's (idx + Field, see the x86-64 sections).
 #define PERCPU_A64_SECTION_HEAD(more_exit_points) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \
-  more_exit_points PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3")   \
+  more_exit_points "mrs x13, tpidr_el0\n\t"      \
+  "add x10, x13, %[off]\n\t" PERCPU_A64_ARM_SECTION("3") \
   "1:\n\t"                                                       \
-  "ldr w9, [x10, %[field]]\n\t"                                  \
+  "ldr w9, [x13, %[idxf]]\n\t"                                   \
   "cmp w9, %w[index]\n\t"                                        \
   "b.ne %l[moved]\n\t"                                           \
   "ldr w9, %[mode]\n\t"                                          \
@@ -39,16 +41,16 @@ namespace percpu::arch {
   "2:\n\t" PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"                  \
   ".popsection\n\t"
 
-#define PERCPU_A64_HEAD_OPERANDS(off, index)              \
-  [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
+#define PERCPU_A64_HEAD_OPERANDS(off, index)                   \
+  [off] "r"(off), [idxf] "r"(idx + Field), [index] "r"(index), \
       [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
 
 #define PERCPU_A64_CLOBBERS "x9", "x10", "x11", "x12", "x13", "x14", "memory", "cc"
 
 /// add: *v += count (commit: the store of the sum).
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count,
-                                int index) noexcept {
+PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                std::intptr_t count, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD("")
            "ldr x11, %[v]\n\t"
            "add x11, x11, %[count]\n\t"
@@ -59,13 +61,14 @@ PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr
            : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [count] "r"(count)
            : PERCPU_A64_CLOBBERS
            : aborted, moved);
-  PERCPU_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                          std::intptr_t newv, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                          std::intptr_t expect, std::intptr_t newv,
+                                          int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -78,15 +81,15 @@ PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, s
              [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t* v,
-                                                  std::intptr_t expect, std::intptr_t* v2,
-                                                  std::intptr_t expect2, std::intptr_t newv,
-                                                  int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t idx,
+                                                  std::intptr_t* v, std::intptr_t expect,
+                                                  std::intptr_t* v2, std::intptr_t expect2,
+                                                  std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -103,14 +106,15 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
              [v2] "Q"(*v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) } (commit: the store of
 /// the next pointer; *out is written after the section).
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                std::ptrdiff_t offset, std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
+                                int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -128,15 +132,15 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr
              [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                        std::intptr_t* v2, std::intptr_t expect2,
-                                        std::ptrdiff_t offset, std::intptr_t* out,
-                                        int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                        std::intptr_t expect, std::intptr_t* v2,
+                                        std::intptr_t expect2, std::ptrdiff_t offset,
+                                        std::intptr_t* out, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v2]\n\t"
            "cmp x11, %[expect2]\n\t"
@@ -157,16 +161,16 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std
              [v2] "Q"(*v2), [expect2] "r"(expect2), [offset] "r"(offset), [out] "Q"(*out)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
 /// commit publishes the try-store).
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t* v,
-                                                std::intptr_t expect, std::intptr_t* v2,
-                                                std::intptr_t newv2, std::intptr_t newv,
-                                                int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t idx,
+                                                std::intptr_t* v, std::intptr_t expect,
+                                                std::intptr_t* v2, std::intptr_t newv2,
+                                                std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -181,16 +185,16 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
              [v2] "Q"(*v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }. Copies 8 bytes
 /// at a time, then the remaining 0-7 one at a time; the store-release commit publishes the copy.
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t* v,
-                                                 std::intptr_t expect, void* dst, const void* src,
-                                                 std::size_t len, std::intptr_t newv,
-                                                 int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t idx,
+                                                 std::intptr_t* v, std::intptr_t expect, void* dst,
+                                                 const void* src, std::size_t len,
+                                                 std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
@@ -222,7 +226,7 @@ PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : PERCPU_A64_CLOBBERS
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 }  // namespace percpu::arch

@@ -37,7 +37,6 @@ inline bool read_cpu_node_pair(std::intptr_t rseq_offset, std::int32_t& cpu, std
       : [cpu] "=&r"(c), [node] "=&r"(n), [budget] "+r"(budget)
       : [off] "r"(rseq_offset)
       : "x9", "x10", "memory", "cc");
-  clear_rseq_cs(rseq_offset);
   cpu = c;
   node = n;
   return c >= 0;

@@ -17,11 +17,11 @@ inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
   return value;
 }
 
-/// Disarms the thread's critical section: area->rseq_cs = 0. Called on every exit from a
-/// section except an abort (the kernel clears rseq_cs itself when it aborts). Leaving rseq_cs
-/// pointing at a descriptor would be harmless while the descriptor stays mapped, but sections
-/// are inlined into the caller's code: after dlclose() of a library that ran one, the kernel
-/// would read an unmapped descriptor at the next preemption and kill the thread.
+/// Disarms the thread's critical section: area->rseq_cs = 0. Sections do not call it (the
+/// kernel clears a descriptor pointer left behind once the thread is outside the section); it
+/// serves prepare_unload(): after dlclose() of code that ran a section, a pointer left at its
+/// descriptor would make the kernel read unmapped memory at the next preemption and kill the
+/// thread.
 inline void clear_rseq_cs(std::intptr_t rseq_offset) noexcept {
   asm volatile("movq $0, %%fs:8(%[off])" : : [off] "r"(rseq_offset) : "memory");
 }

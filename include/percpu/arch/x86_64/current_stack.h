@@ -6,7 +6,7 @@
 // Layout: index i's stack starts at `first + i * RegionBytes` with a count word (its bit 62 is
 // kCountClosed while a remote drain owns it) followed by the entries, bottom first.
 //
-// Unlike the sections of ops.h these do not disarm rseq_cs when they finish: a later preemption
+// Like the sections of ops.h these do not disarm rseq_cs when they finish: a later preemption
 // outside the section's range only makes the kernel clear it. That is safe as long as the code
 // holding the descriptors is never unmapped, which is why libpercpu_malloc.so is linked with
 // `-z nodelete` (an allocator cannot be unloaded anyway: its objects would outlive it).

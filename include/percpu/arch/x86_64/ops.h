@@ -1,6 +1,7 @@
-// x86-64 per-CPU critical sections. Each function is one attempt: it arms an rseq_cs descriptor,
-// checks that the thread is on `index` (the area field at byte Field: cpu_id or mm_cid) and that
-// the process is in rseq mode, does its work, and commits with one final store.
+// x86-64 per-CPU critical sections. Each function is one attempt: it arms an rseq_cs descriptor
+// (in the area `off` bytes from the thread pointer), checks that the thread is on `index` (the
+// 32-bit field `idx + Field` bytes from the thread pointer: cpu_id, or mm_cid mode's field) and
+// that the process is in rseq mode, does its work, and commits with one final store.
 //
 // The kernel restarts the thread at the abort handler if it is preempted, migrated or signalled
 // between start and commit, so the body never sees another thread's half-done update on the same
@@ -8,8 +9,8 @@
 // the arming store to rseq_cs. Stores before the commit are allowed only to memory no other
 // thread reads until the commit publishes it (the try-store and memcpy variants).
 //
-// Every exit except an abort disarms the section (clear_rseq_cs), so code holding sections can
-// be unloaded with dlclose().
+// No exit disarms the section: the kernel clears rseq_cs lazily once the thread is outside it
+// (see PERCPU_RETURN_STATUSES; code that dlclose() unloads needs prepare_unload(), unload.h).
 //
 // x86-64 is TSO: every store is a release store, so the _release variants of the generic layer
 // share these bodies (the "memory" clobber keeps the compiler from moving accesses across).
@@ -27,13 +28,13 @@ namespace percpu::arch {
 
 // Shared head of every section: descriptor, early exit to `moved`, arming store, index check and
 // mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the
-// thread pointer.
+// thread pointer, %[idx] + Field the index field's.
 #define PERCPU_X86_SECTION_HEAD(more_exit_points) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \
   more_exit_points PERCPU_X86_ARM_SECTION("3", "%[off]")                      \
   "1:\n\t"                                                                    \
-  "cmpl %[index], %%fs:%c[field](%[off])\n\t"                                 \
+  "cmpl %[index], %%fs:%c[field](%[idx])\n\t"                                 \
   "jnz %l[moved]\n\t"                                                         \
   "cmpl $0, %[mode]\n\t"                                                      \
   "jnz %l[moved]\n\t" PERCPU_X86_INJECT(1)
@@ -45,8 +46,8 @@ namespace percpu::arch {
   "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
   ".popsection\n\t"
 
-#define PERCPU_X86_HEAD_OPERANDS(off, index)              \
-  [off] "r"(off), [index] "r"(index), [field] "i"(Field), \
+#define PERCPU_X86_HEAD_OPERANDS(off, index)                              \
+  [off] "r"(off), [idx] "r"(idx), [index] "r"(index), [field] "i"(Field), \
       [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
 
 /// add: *v += count.
@@ -54,15 +55,15 @@ namespace percpu::arch {
 ///   if (area->index != index || fallback) return index_changed
 ///   *v += count                              // commit (one read-modify-write instruction)
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr_t count,
-                                int index) noexcept {
+PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                std::intptr_t count, int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD("")
                PERCPU_X86_INJECT(3) "addq %[count], (%[v])\n\t" PERCPU_X86_SECTION_TAIL
            :
            : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [count] "er"(count)
            : "rax", "memory", "cc"
            : aborted, moved);
-  PERCPU_RETURN_STATUSES(off)
+  PERCPU_RETURN_STATUSES
 }
 
 /// compare-and-store: if (*v == expect) *v = newv.
@@ -71,8 +72,9 @@ PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t* v, std::intptr
 ///   if (*v != expect) return compare_failed
 ///   *v = newv                                // commit
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                          std::intptr_t newv, int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                          std::intptr_t expect, std::intptr_t newv,
+                                          int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
@@ -84,17 +86,17 @@ PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t* v, s
              [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
 /// (A buffer pop checks the slot it read as well as the count, so an intervening pop+push of
 /// another item cannot be mistaken for no change.)
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t* v,
-                                                  std::intptr_t expect, std::intptr_t* v2,
-                                                  std::intptr_t expect2, std::intptr_t newv,
-                                                  int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t idx,
+                                                  std::intptr_t* v, std::intptr_t expect,
+                                                  std::intptr_t* v2, std::intptr_t expect2,
+                                                  std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
@@ -109,7 +111,7 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
              [v2] "r"(v2), [expect2] "r"(expect2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) }.
@@ -121,8 +123,9 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
 ///   *v = next                                  // commit
 ///   *out = head                                // after the section (committed only)
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                std::ptrdiff_t offset, std::intptr_t* out, int index) noexcept {
+PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
+                                int index) noexcept {
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
@@ -141,7 +144,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
   *out = head;
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, then free-list pop: if (*v2 == expect2 && *v != expect) { *out = *v; *v = next }.
@@ -156,10 +159,10 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t* v, std::intptr
 ///   *v = next                                  // commit
 ///   *out = head                                // after the section (committed only)
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std::intptr_t expect,
-                                        std::intptr_t* v2, std::intptr_t expect2,
-                                        std::ptrdiff_t offset, std::intptr_t* out,
-                                        int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                        std::intptr_t expect, std::intptr_t* v2,
+                                        std::intptr_t expect2, std::ptrdiff_t offset,
+                                        std::intptr_t* out, int index) noexcept {
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
@@ -180,7 +183,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
   *out = head;
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }.
@@ -191,10 +194,10 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t* v, std
 ///   *v2 = newv2                                // try-store (not yet published)
 ///   *v = newv                                  // commit
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t* v,
-                                                std::intptr_t expect, std::intptr_t* v2,
-                                                std::intptr_t newv2, std::intptr_t newv,
-                                                int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t idx,
+                                                std::intptr_t* v, std::intptr_t expect,
+                                                std::intptr_t* v2, std::intptr_t newv2,
+                                                std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
@@ -208,7 +211,7 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
              [v2] "r"(v2), [newv2] "r"(newv2), [newv] "r"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }.
@@ -219,10 +222,10 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
 ///   copy len bytes src -> dst                  // not yet published
 ///   *v = newv                                  // commit
 template <std::uint32_t Field>
-PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t* v,
-                                                 std::intptr_t expect, void* dst, const void* src,
-                                                 std::size_t len, std::intptr_t newv,
-                                                 int index) noexcept {
+PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_t idx,
+                                                 std::intptr_t* v, std::intptr_t expect, void* dst,
+                                                 const void* src, std::size_t len,
+                                                 std::intptr_t newv, int index) noexcept {
   asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
@@ -259,7 +262,7 @@ PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_
              [dst] "r"(dst), [src] "r"(src), [len] "r"(len), [newv] "r"(newv)
            : "rax", "rcx", "rsi", "rdi", "memory", "cc"
            : aborted, moved, cmpfail);
-  PERCPU_RETURN_STATUSES_WITH_CMPFAIL(off)
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
 }  // namespace percpu::arch
