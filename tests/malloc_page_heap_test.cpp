@@ -57,32 +57,70 @@ TEST(MallocPageHeap, FreeNeighboursCoalesce) {
   EXPECT_EQ(heap.span_of(start + 29 * kPageSize), merged);
 }
 
-TEST(MallocPageHeap, LargeMappingsAreFoundAndUnmapped) {
+TEST(MallocPageHeap, LargeSpansAreFoundInEveryPageAndFreedIntoTheHeap) {
   page_heap_t& heap = page_heap();
   const std::size_t before = heap.stats().large;
-  span* s = heap.map_large(1000000);
+  bool zeroed = false;
+  span* s = heap.allocate_large(1000000, kPageSize, zeroed);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->kind, span::state::large);
   EXPECT_EQ(s->requested_bytes, 1000000u);
   EXPECT_GE(s->bytes(), 1000000u);
   EXPECT_EQ(heap.span_of(s->start()), s);
+  EXPECT_EQ(heap.span_of(s->start() + 999999), s);  // every page: an interior pointer is known
   EXPECT_EQ(heap.stats().large, before + s->bytes());
   char* p = s->start();
+  if (zeroed) {
+    EXPECT_EQ(p[999999], 0);
+  }
   p[999999] = 1;
-  EXPECT_FALSE(heap.unmap_large(p + kPageSize));  // not its user pointer: refused
-  EXPECT_TRUE(heap.unmap_large(p));
-  EXPECT_FALSE(heap.unmap_large(p));  // a second time: refused
-  EXPECT_EQ(heap.span_of(p), nullptr);
+  EXPECT_FALSE(heap.free_large(p + kPageSize));  // not its user pointer: refused
+  EXPECT_TRUE(heap.free_large(p));
+  EXPECT_FALSE(heap.free_large(p));  // a second time: refused
+  ASSERT_NE(heap.span_of(p), nullptr);
+  EXPECT_EQ(heap.span_of(p)->kind, span::state::free);  // kept for reuse, not unmapped
   EXPECT_EQ(heap.stats().large, before);
-  EXPECT_EQ(heap.map_large(std::size_t{1} << 60), nullptr);  // absurd: refused, not a crash
+  EXPECT_EQ(heap.allocate_large(std::size_t{1} << 60, kPageSize, zeroed), nullptr);  // absurd
   // Alignments above a page move the user pointer up.
-  span* aligned = heap.map_large(300000, std::size_t{1} << 20);
+  span* aligned = heap.allocate_large(300000, std::size_t{1} << 20, zeroed);
   ASSERT_NE(aligned, nullptr);
   char* user = aligned->start() + aligned->offset;
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(user) % (std::size_t{1} << 20), 0u);
   EXPECT_GE(aligned->bytes() - aligned->offset, 300000u);
   EXPECT_EQ(heap.span_of(user), aligned);
-  EXPECT_TRUE(heap.unmap_large(user));
+  EXPECT_TRUE(heap.free_large(user));
+}
+
+TEST(MallocPageHeap, LargeSpansGrowInPlaceIntoTheFreeSpanAfterThemAndShrinkInPlace) {
+  page_heap_t& heap = page_heap();
+  bool zeroed = false;
+  // 64 MiB shrunk in place to 300000 bytes: the rest right after it is a free span.
+  span* s = heap.allocate_large(std::size_t{64} << 20, kPageSize, zeroed);
+  ASSERT_NE(s, nullptr);
+  char* p = s->start() + s->offset;
+  ASSERT_TRUE(heap.resize_large(p, 300000));
+  EXPECT_EQ(s->bytes(), (300000 + kPageSize - 1) & ~(kPageSize - 1));
+  span* rest = heap.span_of(p + s->bytes());
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->kind, span::state::free);
+  p[0] = 42;
+  const std::size_t before = heap.stats().large;
+  ASSERT_TRUE(heap.resize_large(p, std::size_t{8} << 20));  // grows in place
+  EXPECT_EQ(heap.span_of(p), s);
+  EXPECT_GE(s->bytes() - s->offset, std::size_t{8} << 20);
+  EXPECT_EQ(heap.span_of(p + (std::size_t{8} << 20) - 1), s);
+  EXPECT_EQ(heap.stats().large,
+            before + s->bytes() - ((300000 + kPageSize - 1) & ~(kPageSize - 1)));
+  EXPECT_EQ(p[0], 42);
+  ASSERT_TRUE(heap.resize_large(p, 500000));  // shrinks in place: the tail is free again
+  EXPECT_LT(s->bytes(), std::size_t{1} << 20);
+  span* tail = heap.span_of(p + (std::size_t{2} << 20));
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(tail->kind, span::state::free);
+  EXPECT_FALSE(heap.resize_large(p + kPageSize, 1000));      // not a user pointer: refused
+  EXPECT_FALSE(heap.resize_large(p, std::size_t{1} << 50));  // nothing that big after it
+  EXPECT_TRUE(heap.free_large(p));
+  EXPECT_FALSE(heap.resize_large(p, 1000));  // freed: refused
 }
 
 TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {

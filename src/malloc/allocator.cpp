@@ -184,25 +184,45 @@ __attribute__((noinline)) void give_back(std::size_t cls, void* p) noexcept {
 }
 
 // Completes a deferred free: a small object, checked and tagged already, goes to the caches;
-// a large one is unmapped (checked there).
+// a large one goes back to the page heap (checked there).
 void finish_free(void* p) noexcept {
   span* s = page_heap().span_of(p);
   if (s != nullptr && s->kind == span::state::small) return give_back(s->size_class, p);
-  if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+  if (!page_heap().free_large(p)) fatal("free(): invalid pointer or double free", p);
 }
 
-void* allocate_large(std::size_t size, std::size_t alignment) noexcept {
+// A large allocation (above the size classes): a span of the page heap. `zeroed`, when given,
+// is set to whether its memory already reads as zero.
+void* allocate_large(std::size_t size, std::size_t alignment, bool* zeroed = nullptr) noexcept {
   if (PERCPU_UNLIKELY(t_locks != 0)) {  // a handler inside a locked region: no lock
     errno = ENOMEM;
     return nullptr;
   }
   maybe_maintain();
-  span* s = page_heap().map_large(size, alignment);
+  bool fresh = false;
+  span* s = page_heap().allocate_large(size, alignment, fresh);
   if (s == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (zeroed != nullptr) *zeroed = fresh;
   return s->start() + s->offset;
+}
+
+// realloc() of a large allocation to a size that is large too: in place when the page heap can
+// (shrinking, or growing into the free span after it); otherwise moved, and when it grows, to
+// at least twice its size, so that a buffer grown by small steps is copied O(log n) times, not
+// once per step (the pages beyond what it writes stay untouched, costing no memory).
+void* reallocate_large(void* p, std::size_t size, std::size_t old) noexcept {
+  if (page_heap().resize_large(p, size)) return p;
+  constexpr std::size_t kMaxDoubling = std::size_t{1} << 40;
+  void* q = nullptr;
+  if (size > old && old <= kMaxDoubling && 2 * old > size) q = allocate_large(2 * old, kPageSize);
+  if (q == nullptr) q = allocate_large(size, kPageSize);
+  if (q == nullptr) return nullptr;  // p stays valid, as realloc() promises
+  std::memcpy(q, p, size < old ? size : old);
+  if (!page_heap().free_large(p)) fatal("realloc(): invalid pointer or double free", p);
+  return q;
 }
 
 // The span of a pointer being freed or measured; stops the process with `fault` when there is
@@ -249,7 +269,8 @@ __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
   if (s == nullptr || s->kind == span::state::free)
     fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
   if (PERCPU_UNLIKELY(t_locks != 0)) return defer_free(p);  // a handler: see give_back
-  if (!page_heap().unmap_large(p)) fatal("free(): invalid pointer or double free", p);
+  if (!page_heap().free_large(p))
+    fatal("free(): invalid pointer, inside a block, or double free", p);
   maybe_maintain();  // a slow path too
 }
 
@@ -305,9 +326,16 @@ void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
+  if (size_class_of(bytes) == 0) {
+    // A large span reads as zero when its pages were never touched or returned to the kernel
+    // since; a reused one is cleared.
+    bool zeroed = false;
+    void* p = allocate_large(bytes, kPageSize, &zeroed);
+    if (p != nullptr && !zeroed) std::memset(p, 0, bytes);
+    return p;
+  }
   void* p = allocate(bytes);
-  // Large allocations are fresh mappings: already zero.
-  if (p != nullptr && size_class_of(bytes) != 0) std::memset(p, 0, bytes);
+  if (p != nullptr) std::memset(p, 0, bytes);
   return p;
 }
 
@@ -319,6 +347,8 @@ void* reallocate(void* p, std::size_t size) noexcept {
   }
   check_allocated(p, "realloc(): invalid pointer, or one already freed");
   const std::size_t old = usable_size(p);
+  if (size_class_of(size) == 0 && page_heap().span_of(p)->kind == span::state::large)
+    return reallocate_large(p, size, old);
   if (size <= old && size >= old / 2) return p;
   void* q = allocate(size);
   if (q == nullptr) return nullptr;

@@ -53,7 +53,8 @@ void pass_locked() noexcept {
   for (std::size_t cls = 1; cls < kClassCount; ++cls)
     g_stats.transfer_objects_released += central_release_transfer(cls);
   const page_heap_stats h = page_heap().stats();
-  const std::size_t keep = h.in_use / 8 > kMinKeptFreeBytes ? h.in_use / 8 : kMinKeptFreeBytes;
+  const std::size_t used = h.in_use + h.large;
+  const std::size_t keep = used / 8 > kMinKeptFreeBytes ? used / 8 : kMinKeptFreeBytes;
   g_stats.released_bytes += page_heap().release(keep);
 }
 

@@ -42,9 +42,12 @@ class locked : counted_lock {
 };
 
 // Maps `bytes` aligned on a page of the page heap (mmap aligns on the kernel's 4 KiB page).
+// Without MAP_NORESERVE: the kernel's commit accounting sees the region, so a request glibc's
+// malloc would be refused (beyond the overcommit heuristic or the strict commit limit) is
+// refused here too, with ENOMEM, instead of being granted and killing the process on touch.
 char* map_aligned(std::size_t bytes) {
-  void* raw = mmap(nullptr, bytes + kPageSize, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* raw =
+      mmap(nullptr, bytes + kPageSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t aligned = (start + kPageSize - 1) & ~(kPageSize - 1);
@@ -173,10 +176,13 @@ span* page_heap_t::span_for_mapping(char* base, std::size_t pages, span::state k
   return s;
 }
 
-// Maps a new region of at least `pages` pages as one free span (released: never touched).
+// Maps a new region of at least `pages` pages as one free span (released: never touched). When
+// the kernel refuses (commit limit, RLIMIT_AS, vm.max_map_count), the address space cached in
+// free spans is given back and the mapping tried once more.
 span* page_heap_t::grow(std::size_t pages) {
   const std::size_t n = pages > kRegionPages ? pages : kRegionPages;
   char* base = map_aligned(n << kPageShift);
+  if (base == nullptr && unmap_free_locked() != 0) base = map_aligned(n << kPageShift);
   if (base == nullptr) return nullptr;
   span* s = span_for_mapping(base, n, span::state::free);
   if (s == nullptr) return nullptr;
@@ -192,9 +198,29 @@ span* page_heap_t::grow(std::size_t pages) {
   return s;
 }
 
-span* page_heap_t::allocate_span(std::size_t pages) {
-  if (pages == 0) return nullptr;
-  locked l;
+// Unmaps every free span (backed or released) and forgets its pages; returns the bytes. The
+// last resort of grow(): cached address space must not make a request fail.
+std::size_t page_heap_t::unmap_free_locked() {
+  std::size_t bytes = 0;
+  auto unmap_list = [&](span** list) {
+    while (span* s = *list) {
+      remove_free(s);
+      for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, nullptr);
+      munmap(s->start(), s->bytes());
+      g_stats.mapped -= s->bytes();
+      bytes += s->bytes();
+      delete_span(s);
+    }
+  };
+  unmap_list(&g_free_long);
+  for (std::size_t n = 1; n <= kExactLists; ++n) unmap_list(&g_free_exact[n]);
+  g_stats.unmapped += bytes;
+  return bytes;
+}
+
+// A free span of exactly `pages` pages, taken off the free lists (split from a longer one, or
+// from a new region); its kind is still free and its `released` says whether it reads as zero.
+span* page_heap_t::take_free(std::size_t pages) {
   span* s = nullptr;
   for (std::size_t n = pages; n <= kExactLists && s == nullptr; ++n) s = g_free_exact[n];
   if (s == nullptr) {
@@ -205,117 +231,181 @@ span* page_heap_t::allocate_span(std::size_t pages) {
   if (s == nullptr) return nullptr;
   remove_free(s);
   if (s->pages > pages) {
-    span* rest = new_span();
-    if (rest == nullptr) {
+    // The front part is taken, with a new struct: only its pages are rewritten in the pagemap
+    // (the rest keeps the struct its entries already name).
+    span* taken = new_span();
+    if (taken == nullptr) {
       insert_free(s);
       return nullptr;
     }
-    rest->first_page = s->first_page + pages;
-    rest->pages = s->pages - pages;
-    rest->kind = span::state::free;
-    rest->released = s->released;
-    for (std::size_t i = 0; i < rest->pages; ++i) set_pagemap(rest->first_page + i, rest);
-    s->pages = pages;
-    insert_free(rest);
+    taken->first_page = s->first_page;
+    taken->pages = pages;
+    taken->kind = span::state::free;
+    taken->released = s->released;
+    for (std::size_t i = 0; i < pages; ++i) set_pagemap(taken->first_page + i, taken);
+    s->first_page += pages;
+    s->pages -= pages;
+    insert_free(s);
+    s = taken;
   }
+  return s;
+}
+
+span* page_heap_t::allocate_span(std::size_t pages) {
+  if (pages == 0) return nullptr;
+  locked l;
+  span* s = take_free(pages);
+  if (s == nullptr) return nullptr;
   s->kind = span::state::small;
   g_stats.in_use += s->bytes();
   return s;
 }
 
-// Makes `a` and `b` (free, about to merge) agree on being released: when one is released, the
-// other's memory is returned too, so a merged span is wholly backed or wholly released (as
-// tcmalloc's page heap does), and the statistics stay exact.
-static void match_release(span* a, span* b) {
-  if (a->released == b->released) return;
-  span* backed = a->released ? b : a;
-  madvise(backed->start(), backed->bytes(), MADV_DONTNEED);
-  backed->released = true;
+// Joins two free spans off the lists, `lo` right before `hi`, into one: the bigger keeps its
+// struct and only the smaller's pages are rewritten in the pagemap.
+span* page_heap_t::join(span* lo, span* hi) {
+  if (lo->pages >= hi->pages) {
+    for (std::size_t i = 0; i < hi->pages; ++i) set_pagemap(hi->first_page + i, lo);
+    lo->pages += hi->pages;
+    delete_span(hi);
+    return lo;
+  }
+  for (std::size_t i = 0; i < lo->pages; ++i) set_pagemap(lo->first_page + i, hi);
+  hi->first_page = lo->first_page;
+  hi->pages += lo->pages;
+  delete_span(lo);
+  return hi;
 }
 
 void page_heap_t::free_span(span* s) {
   locked l;
   g_stats.in_use -= s->bytes();
-  s->kind = span::state::free;
   s->size_class = 0;
   s->free_objects = nullptr;
   s->allocated = s->carved = 0;
   s->live = nullptr;
-  s->released = false;
-  // Coalesce with free neighbours (the pagemap knows them).
-  if (span* before = span_of(s->start() - 1);
-      before != nullptr && before->kind == span::state::free) {
-    remove_free(before);
-    match_release(before, s);
-    before->pages += s->pages;
-    for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, before);
-    delete_span(s);
-    s = before;
-  }
-  if (span* after = span_of(s->start() + s->bytes());
-      after != nullptr && after->kind == span::state::free) {
-    remove_free(after);
-    match_release(s, after);
-    for (std::size_t i = 0; i < after->pages; ++i) set_pagemap(after->first_page + i, s);
-    s->pages += after->pages;
-    delete_span(after);
-  }
-  insert_free(s);
+  free_locked(s);
 }
 
-span* page_heap_t::map_large(std::size_t bytes, std::size_t alignment) {
+// Puts `s` (its pages no longer used) on the free lists, backed, coalesced with its backed free
+// neighbours.
+void page_heap_t::free_locked(span* s) {
+  s->kind = span::state::free;
+  s->released = false;
+  s->requested_bytes = s->offset = 0;
+  insert_free(merge_neighbours(s));
+}
+
+// Coalesces free span `s` (off the lists) with the free neighbours in the same state (both
+// backed or both released) and returns the result, off the lists. Spans in different states
+// stay apart: merging a backed span into a released one would return its memory to the kernel
+// (tcmalloc's old page heap did), and the next allocation of it would fault on every page.
+span* page_heap_t::merge_neighbours(span* s) {
+  if (span* before = span_of(s->start() - 1);
+      before != nullptr && before->kind == span::state::free && before->released == s->released) {
+    remove_free(before);
+    s = join(before, s);
+  }
+  if (span* after = span_of(s->start() + s->bytes());
+      after != nullptr && after->kind == span::state::free && after->released == s->released) {
+    remove_free(after);
+    s = join(s, after);
+  }
+  return s;
+}
+
+span* page_heap_t::allocate_large(std::size_t bytes, std::size_t alignment, bool& zeroed) {
   constexpr std::size_t kMaxBytes = std::size_t{1} << 46;
   if (alignment < kPageSize) alignment = kPageSize;
-  // The mapping keeps the room it needed to align the pointer: an absurd alignment would
-  // reserve (and count) that much address space.
+  // The span keeps the room it needed to align the pointer: an absurd alignment would reserve
+  // (and count) that much address space.
   if (bytes == 0 || bytes > kMaxBytes || alignment > kMaxLargeAlignment) return nullptr;
   const std::size_t extra = alignment - kPageSize;  // room to move the user pointer up
   const std::size_t pages = (bytes + extra + kPageSize - 1) >> kPageShift;
-  char* base = map_aligned(pages << kPageShift);
-  if (base == nullptr) return nullptr;
-  const auto user = (reinterpret_cast<std::uintptr_t>(base) + alignment - 1) & ~(alignment - 1);
   locked l;
-  span* s = span_for_mapping(base, pages, span::state::large);
+  span* s = take_free(pages);
   if (s == nullptr) return nullptr;
+  zeroed = s->released;
+  s->released = false;
+  s->kind = span::state::large;
   s->requested_bytes = bytes;
-  s->offset = user - reinterpret_cast<std::uintptr_t>(base);
-  set_pagemap(user >> kPageShift, s);
-  if (span_of(reinterpret_cast<void*>(user)) != s) {  // no memory for the pagemap leaf
-    munmap(base, pages << kPageShift);
-    delete_span(s);
-    return nullptr;
-  }
+  const auto start = reinterpret_cast<std::uintptr_t>(s->start());
+  s->offset = ((start + alignment - 1) & ~(alignment - 1)) - start;
   g_stats.large += s->bytes();
   return s;
 }
 
-bool page_heap_t::unmap_large(const void* p) {
+// The large span whose user pointer is `p`, or nullptr.
+static span* large_span_of(const page_heap_t& heap, const void* p) {
+  span* s = heap.span_of(p);
+  if (s == nullptr || s->kind != span::state::large || s->start() + s->offset != p) return nullptr;
+  return s;
+}
+
+bool page_heap_t::free_large(const void* p) {
   locked l;
-  span* s = span_of(p);
-  if (s == nullptr || s->kind != span::state::large || s->start() + s->offset != p) return false;
-  set_pagemap(reinterpret_cast<std::uintptr_t>(p) >> kPageShift, nullptr);
-  munmap(s->start(), s->bytes());
+  span* s = large_span_of(*this, p);
+  if (s == nullptr) return false;
   g_stats.large -= s->bytes();
-  delete_span(s);
+  free_locked(s);
+  return true;
+}
+
+bool page_heap_t::resize_large(const void* p, std::size_t bytes) {
+  if (bytes == 0 || bytes > (std::size_t{1} << 46)) return false;
+  locked l;
+  span* s = large_span_of(*this, p);
+  if (s == nullptr) return false;
+  const std::size_t pages = (s->offset + bytes + kPageSize - 1) >> kPageShift;
+  if (pages < s->pages) {  // shrink: the tail becomes a free span
+    span* tail = new_span();
+    if (tail == nullptr) return true;  // keeps its pages: still big enough
+    tail->first_page = s->first_page + pages;
+    tail->pages = s->pages - pages;
+    for (std::size_t i = 0; i < tail->pages; ++i) set_pagemap(tail->first_page + i, tail);
+    s->pages = pages;
+    g_stats.large -= tail->bytes();
+    free_locked(tail);
+  } else if (pages > s->pages) {  // grow into the free span right after, if it is big enough
+    span* after = span_of(s->start() + s->bytes());
+    if (after == nullptr || after->kind != span::state::free || s->pages + after->pages < pages)
+      return false;
+    const std::size_t need = pages - s->pages;
+    remove_free(after);
+    for (std::size_t i = 0; i < need; ++i) set_pagemap(after->first_page + i, s);
+    if (after->pages > need) {
+      after->first_page += need;  // the rest stays free; its pagemap entries already say so
+      after->pages -= need;
+      insert_free(after);
+    } else {
+      delete_span(after);
+    }
+    s->pages = pages;
+    g_stats.large += need << kPageShift;
+  }
+  s->requested_bytes = bytes;
   return true;
 }
 
 std::size_t page_heap_t::release(std::size_t keep_bytes) {
   locked l;
   std::size_t released = 0;
-  auto release_list = [&](span* list) {
-    for (span* s = list; s != nullptr && g_stats.free > keep_bytes; s = s->next) {
-      if (s->released) continue;
-      madvise(s->start(), s->bytes(), MADV_DONTNEED);
-      g_stats.free -= s->bytes();
-      g_stats.released += s->bytes();
-      s->released = true;
-      released += s->bytes();
-    }
+  // The largest backed span first; once released it joins its released neighbours.
+  auto backed_in = [](span* list) {
+    for (span* s = list; s != nullptr; s = s->next)
+      if (!s->released) return s;
+    return static_cast<span*>(nullptr);
   };
-  release_list(g_free_long);  // largest spans first
-  for (std::size_t n = kExactLists; n >= 1 && g_stats.free > keep_bytes; --n)
-    release_list(g_free_exact[n]);
+  while (g_stats.free > keep_bytes) {
+    span* s = backed_in(g_free_long);
+    for (std::size_t n = kExactLists; n >= 1 && s == nullptr; --n) s = backed_in(g_free_exact[n]);
+    if (s == nullptr) break;
+    remove_free(s);
+    madvise(s->start(), s->bytes(), MADV_DONTNEED);
+    s->released = true;
+    released += s->bytes();
+    insert_free(merge_neighbours(s));
+  }
   return released;
 }
 

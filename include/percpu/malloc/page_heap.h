@@ -2,9 +2,14 @@
 // regions, a pagemap from any address to its span, coalescing of free spans, and returning free
 // memory to the kernel (madvise). It never calls malloc: its own bookkeeping comes from mmap.
 //
-// Thread safety: allocate_span(), free_span(), map_large(), unmap_large(), release() and stats()
-// take the heap's lock; span_of() is lock-free (the pagemap only gains leaves, and entries are
-// published with release stores).
+// Large allocations (above the size classes) are spans of the same heap: carved from the same
+// regions, freed into the same coalescing free lists, so a freed block's memory is reused by the
+// next allocation of any size without a system call, and returned to the kernel by the same
+// decay (release()). Growing one in place takes pages from the free span after it.
+//
+// Thread safety: allocate_span(), free_span(), allocate_large(), free_large(), resize_large(),
+// release() and stats() take the heap's lock; span_of() is lock-free (the pagemap only gains
+// leaves, and entries are published with release stores).
 #pragma once
 
 #include <atomic>
@@ -15,7 +20,7 @@
 
 namespace percpu::malloc_impl {
 
-/// Largest alignment map_large() accepts (1 GiB).
+/// Largest alignment allocate_large() accepts (1 GiB).
 inline constexpr std::size_t kMaxLargeAlignment = std::size_t{1} << 30;
 
 /// A run of pages: free, carved into objects of one size class, or one large allocation.
@@ -34,7 +39,7 @@ struct span {
   std::uint32_t carved = 0;         ///< objects carved so far (the rest never touched)
   unsigned char* live = nullptr;    ///< a byte per object: 1 while a user holds it
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for
-  std::size_t offset = 0;           ///< large spans: user pointer = start() + offset
+  std::size_t offset = 0;           ///< large spans: user pointer = start() + offset (alignment)
 
   char* start() const { return reinterpret_cast<char*>(first_page << kPageShift); }
   std::size_t bytes() const { return pages << kPageShift; }
@@ -42,11 +47,12 @@ struct span {
 
 /// Counters of the page heap, in bytes.
 struct page_heap_stats {
-  std::size_t mapped = 0;    ///< mapped for spans (small and free) in regions
+  std::size_t mapped = 0;    ///< mapped in regions (small, large and free spans)
   std::size_t in_use = 0;    ///< in small spans
   std::size_t free = 0;      ///< in free spans still backed by memory
   std::size_t released = 0;  ///< in free spans returned to the kernel
-  std::size_t large = 0;     ///< mapped directly for large allocations
+  std::size_t large = 0;     ///< in large spans (allocations above the size classes)
+  std::size_t unmapped = 0;  ///< free spans unmapped since start because a mapping failed
   std::size_t metadata = 0;  ///< mapped for the heap's own bookkeeping
 };
 
@@ -60,15 +66,24 @@ class page_heap_t {
   /// Returns a span from allocate_span() to the heap; it coalesces with free neighbours.
   void free_span(span* s);
 
-  /// Maps `bytes` directly for a large allocation whose user pointer, start() + offset, is
-  /// aligned on `alignment` (a power of two); registered in the pagemap at the user pointer's
-  /// page. nullptr when out of memory, for absurd sizes, or for alignments above
-  /// kMaxLargeAlignment.
-  span* map_large(std::size_t bytes, std::size_t alignment = kPageSize);
+  /// A large allocation of `bytes` whose user pointer, start() + offset, is aligned on
+  /// `alignment` (a power of two): a span of kind large, every page of it in the pagemap.
+  /// `zeroed` says whether its memory reads as zero (never touched, or returned to the kernel
+  /// since). nullptr when out of memory (the kernel refused the region: commit limit,
+  /// RLIMIT_AS, map count; free spans are unmapped and the mapping retried first), for sizes
+  /// above 2^46 bytes, or for alignments above kMaxLargeAlignment.
+  span* allocate_large(std::size_t bytes, std::size_t alignment, bool& zeroed);
 
-  /// Unmaps the large allocation whose user pointer is `p`. Returns false, changing nothing,
-  /// when `p` is not (or no longer) such a pointer: a double or invalid free.
-  bool unmap_large(const void* p);
+  /// Frees the large allocation whose user pointer is `p` into the free lists (coalesced with
+  /// free neighbours). Returns false, changing nothing, when `p` is not (or no longer) such a
+  /// pointer: a double or invalid free.
+  bool free_large(const void* p);
+
+  /// Resizes the large allocation whose user pointer is `p` to hold `bytes` without moving it:
+  /// shrinking frees its tail pages; growing takes the pages it needs from the free span right
+  /// after it. Returns false, changing nothing, when that span is missing or too small (or `p`
+  /// is not a large allocation's pointer).
+  bool resize_large(const void* p, std::size_t bytes);
 
   /// The span that holds address `p`, or nullptr if percpu malloc never mapped it. For a large
   /// span only its first page is mapped. Two loads (lock-free; inline: every free uses it).
@@ -97,6 +112,11 @@ class page_heap_t {
   void insert_free(span* s);
   void remove_free(span* s);
   span* grow(std::size_t pages);
+  span* take_free(std::size_t pages);
+  void free_locked(span* s);
+  span* merge_neighbours(span* s);
+  span* join(span* lo, span* hi);
+  std::size_t unmap_free_locked();
   void* meta_alloc_locked(std::size_t bytes);
 };
 
