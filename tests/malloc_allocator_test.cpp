@@ -180,7 +180,7 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         deallocate(p);
         deallocate(p);
       },
-      "invalid pointer \\(not from percpu malloc, or already freed\\)");
+      "invalid pointer \\(in percpu malloc's free memory: already freed\\?\\)");
 }
 
 // Objects allocated on one thread are freed on another, more threads than CPUs: each object

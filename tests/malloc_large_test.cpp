@@ -19,10 +19,11 @@ struct run_result {
   std::string out;
 };
 
-// Runs the program's case `args`, with percpu malloc preloaded or not.
-run_result run_case(const std::string& args, bool preload) {
+// Runs `program` with `args`, with percpu malloc preloaded or not.
+run_result run_case(const std::string& args, bool preload,
+                    const char* program = PERCPU_MALLOC_LARGE_PROGRAM_PATH) {
   const std::string cmd = std::string(preload ? "LD_PRELOAD=" PERCPU_MALLOC_LIBRARY_PATH " " : "") +
-                          PERCPU_MALLOC_LARGE_PROGRAM_PATH " " + args;
+                          program + " " + args;
   const auto r = shell(cmd);
   return {r.status, r.out};
 }
@@ -88,6 +89,32 @@ TEST(MallocLarge, AddressSpaceHeldInCachesIsGivenBackBeforeARequestFails) {
   ASSERT_EQ(ours.status, 0) << ours.out;
   EXPECT_GE(value_after(ours.out, "after_free"), value_after(glibc.out, "after_free"))
       << "glibc: " << glibc.out << "percpu: " << ours.out;
+}
+
+TEST(MallocGlibcApi, ABlockFromADeepBoundLibraryGoesToTheAllocatorThatMadeIt) {
+  // The library's malloc is libc's (RTLD_DEEPBIND); the program's free, realloc and
+  // malloc_usable_size are percpu malloc's, which hands a pointer outside its memory to the
+  // next allocator. It used to stop the process ("invalid pointer").
+  const std::string args = std::string("deepbind ") + PERCPU_TEST_DEEPBIND_PATH;
+  const auto ours = run_case(args + " 2>&1", true, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
+  EXPECT_EQ(ours.status, 0) << ours.out;
+  EXPECT_EQ(ours.out, "deepbind ok\n");
+}
+
+TEST(MallocGlibcApi, IntrospectionReportsPercpuMallocsOwnFigures) {
+  // With ~110 MB live: mallinfo2 said 0 (glibc's empty heap) under the preload.
+  const auto glibc = run_case("info", false, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
+  const auto ours = run_case("info", true, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
+  ASSERT_EQ(ours.status, 0) << ours.out;
+  const double arena = value_after(ours.out, "arena");
+  const double used = value_after(ours.out, "uordblks");
+  EXPECT_GE(used, 110e6) << ours.out;  // 110,000 x 1000 bytes, at their class size
+  EXPECT_LT(used, 150e6) << ours.out;
+  EXPECT_GE(arena, used) << ours.out;
+  EXPECT_EQ(value_after(ours.out, "trim"), 1) << "memory was returned: " << ours.out;
+  EXPECT_EQ(value_after(ours.out, "mallopt"), value_after(glibc.out, "mallopt"))
+      << "glibc: " << glibc.out << "percpu: " << ours.out;
+  EXPECT_EQ(value_after(ours.out, "info"), 1) << ours.out;
 }
 
 }  // namespace

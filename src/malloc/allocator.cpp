@@ -264,10 +264,20 @@ void check_allocated(const void* p, const char* fault) noexcept {
     fatal(fault, p);
 }
 
-// free() of anything but a small object in use: a large allocation, or a fault.
+// The next allocator's functions, for pointers outside percpu malloc's memory (allocator.h).
+std::atomic<void (*)(void*)> g_foreign_free{nullptr};
+std::atomic<void* (*)(void*, std::size_t)> g_foreign_realloc{nullptr};
+std::atomic<std::size_t (*)(void*)> g_foreign_usable_size{nullptr};
+
+// free() of anything but a small object in use: a large allocation, another allocator's block,
+// or a fault.
 __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
-  if (s == nullptr || s->kind == span::state::free)
-    fatal("free(): invalid pointer (not from percpu malloc, or already freed)", p);
+  if (s == nullptr) {
+    if (auto next = g_foreign_free.load(std::memory_order_acquire)) return next(p);
+    fatal("free(): invalid pointer (not from percpu malloc)", p);
+  }
+  if (s->kind == span::state::free)
+    fatal("free(): invalid pointer (in percpu malloc's free memory: already freed?)", p);
   if (PERCPU_UNLIKELY(t_locks != 0)) return defer_free(p);  // a handler: see give_back
   if (!page_heap().free_large(p))
     fatal("free(): invalid pointer, inside a block, or double free", p);
@@ -345,6 +355,9 @@ void* reallocate(void* p, std::size_t size) noexcept {
     deallocate(p);
     return nullptr;
   }
+  if (page_heap().span_of(p) == nullptr) {
+    if (auto next = g_foreign_realloc.load(std::memory_order_acquire)) return next(p, size);
+  }
   check_allocated(p, "realloc(): invalid pointer, or one already freed");
   const std::size_t old = usable_size(p);
   if (size_class_of(size) == 0 && page_heap().span_of(p)->kind == span::state::large)
@@ -377,10 +390,20 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
 
 std::size_t usable_size(const void* p) noexcept {
   if (p == nullptr) return 0;
+  if (page_heap().span_of(p) == nullptr) {
+    if (auto next = g_foreign_usable_size.load(std::memory_order_acquire))
+      return next(const_cast<void*>(p));
+  }
   const span& s =
       span_or_die(p, "malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)");
   if (s.kind == span::state::large) return s.bytes() - s.offset;
   return kClasses[s.size_class].size;
+}
+
+void set_foreign_allocator(const foreign_allocator& next) noexcept {
+  g_foreign_usable_size.store(next.usable_size, std::memory_order_relaxed);
+  g_foreign_realloc.store(next.realloc, std::memory_order_relaxed);
+  g_foreign_free.store(next.free, std::memory_order_release);
 }
 
 }  // namespace percpu::malloc_impl

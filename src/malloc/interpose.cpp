@@ -1,5 +1,6 @@
 // libpercpu_malloc.so: the C allocation API and every C++ operator new/delete form, mapped onto
 // percpu malloc's functions (allocator.h). Use it with LD_PRELOAD, or link it before libc.
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -96,6 +97,20 @@ PERCPU_EXPORT void percpu_malloc_stats_print(int fd) {
 }
 
 namespace {
+// Pointers outside percpu malloc's memory (a library loaded with RTLD_DEEPBIND calls libc's
+// malloc, say, and the program frees the block) go to the next allocator in the lookup order.
+// The other direction (percpu malloc's block freed by a library bound to libc's free) no
+// preloaded allocator can fix: libc's free never asks us.
+__attribute__((constructor)) void find_next_allocator() {
+  pm::foreign_allocator next;
+  next.free = reinterpret_cast<void (*)(void*)>(dlsym(RTLD_NEXT, "free"));
+  next.realloc = reinterpret_cast<void* (*)(void*, std::size_t)>(dlsym(RTLD_NEXT, "realloc"));
+  next.usable_size =
+      reinterpret_cast<std::size_t (*)(void*)>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  if (next.free != nullptr && next.realloc != nullptr && next.usable_size != nullptr)
+    pm::set_foreign_allocator(next);
+}
+
 // PERCPU_MALLOC_STATS=1 (any non-empty value but 0) prints the statistics to stderr at exit;
 // PERCPU_MALLOC_STATS_FILE=path appends them to that file instead (programs such as cat and ls
 // close stderr before exit). Neither allocates.

@@ -3,9 +3,12 @@
 // rest onto these.
 //
 // Small sizes (up to kMaxSmallSize) come from the per-CPU caches, refilled and flushed in
-// batches through the transfer caches and central free lists; larger ones are mapped directly.
-// Faults (a double free, a pointer percpu malloc never returned, an interior pointer) stop the
-// process with a message naming the fault and the pointer, as glibc does.
+// batches through the transfer caches and central free lists; larger ones are spans of the page
+// heap. Faults (a double free, an interior pointer, a pointer into percpu malloc's memory that
+// is not a live block) stop the process with a message naming the fault and the pointer, as
+// glibc does. A pointer outside percpu malloc's memory (another allocator's block, e.g. from a
+// library loaded with RTLD_DEEPBIND that calls libc's malloc) goes to the foreign allocator when
+// one is set (set_foreign_allocator), and stops the process otherwise.
 #pragma once
 
 #include <cstddef>
@@ -37,5 +40,17 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept;
 /// malloc_usable_size(3): the bytes usable at `p` (0 for null). Stops the process for a
 /// pointer percpu malloc did not return.
 std::size_t usable_size(const void* p) noexcept;
+
+/// The allocator that serves pointers outside percpu malloc's memory (not in its pagemap): the
+/// next one in the symbol lookup order, libc's or another preloaded allocator's.
+struct foreign_allocator {
+  void (*free)(void*) = nullptr;
+  void* (*realloc)(void*, std::size_t) = nullptr;
+  std::size_t (*usable_size)(void*) = nullptr;
+};
+
+/// Sets the foreign allocator (the interposing library does, at load, from dlsym(RTLD_NEXT)).
+/// Its functions must be all set or all null.
+void set_foreign_allocator(const foreign_allocator& next) noexcept;
 
 }  // namespace percpu::malloc_impl

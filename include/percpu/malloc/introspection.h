@@ -1,0 +1,29 @@
+// What glibc's malloc introspection calls (mallinfo2, malloc_stats, malloc_info, malloc_trim)
+// report, computed from percpu malloc's own layers, and the trim they can ask for.
+#pragma once
+
+#include <cstddef>
+
+namespace percpu::malloc_impl {
+
+/// The heap in glibc's terms, in bytes.
+struct heap_figures {
+  std::size_t mapped = 0;       ///< regions mapped for spans (glibc: the arena's system bytes)
+  std::size_t in_use = 0;       ///< held by users: small objects (at their class size) and large
+                                ///< blocks (whole pages)
+  std::size_t cached = 0;       ///< small objects free in caches, transfer caches and spans
+  std::size_t free_backed = 0;  ///< free spans still resident (what a trim can return)
+  std::size_t released = 0;     ///< free spans already returned to the kernel
+  std::size_t metadata = 0;     ///< the allocator's own bookkeeping
+};
+
+/// Collects the figures (takes each class's lock in turn, and the page heap's). Allocates
+/// nothing.
+heap_figures figures() noexcept;
+
+/// Gives everything cached back: drains every index's per-CPU caches, empties the transfer
+/// caches, and returns every free span's memory to the kernel (madvise). Returns the bytes
+/// returned to the kernel. What malloc_trim() does.
+std::size_t trim() noexcept;
+
+}  // namespace percpu::malloc_impl
