@@ -37,9 +37,12 @@ int main(int argc, char** argv) {
   CLI::App app{"percpu-malloc-workload: one allocation workload; results as JSON on stdout"};
   std::string name;
   percpu::workload::params p;
-  app.add_option("workload", name, "service, producer-consumer, latency or churn")
+  app.add_option("workload", name,
+                 "service, producer-consumer, latency, churn, large-churn, large-realloc or "
+                 "large-live")
       ->required()
-      ->check(CLI::IsMember({"service", "producer-consumer", "latency", "churn"}));
+      ->check(CLI::IsMember({"service", "producer-consumer", "latency", "churn", "large-churn",
+                             "large-realloc", "large-live"}));
   app.add_option("--threads", p.threads, "service: threads; churn: threads created in all")
       ->check(CLI::Range(1, 100000));
   app.add_option("--active", p.active, "service: requests at once (default: online CPUs)")
@@ -54,6 +57,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 10000000));
   app.add_option("--batches", p.batches, "latency: timed batches per size")
       ->check(CLI::Range(1, 1000000));
+  app.add_option("--rounds", p.rounds, "large-*: repetitions of the pattern")
+      ->check(CLI::Range(1L, 1000000000L));
   app.add_option("--seed", p.seed, "Random seed");
   CLI11_PARSE(app, argc, argv);
 
@@ -62,6 +67,9 @@ int main(int argc, char** argv) {
   if (name == "producer-consumer") r = percpu::workload::run_producer_consumer(p);
   if (name == "latency") r = percpu::workload::run_latency(p);
   if (name == "churn") r = percpu::workload::run_churn(p);
+  if (name == "large-churn") r = percpu::workload::run_large_churn(p);
+  if (name == "large-realloc") r = percpu::workload::run_large_realloc(p);
+  if (name == "large-live") r = percpu::workload::run_large_live(p);
 
   nlohmann::json j = {{"workload", name},
                       {"seconds", r.seconds},

@@ -20,6 +20,7 @@ struct params {
   long objects = 2000000;  ///< producer/consumer: objects per pair
   int think_us = 1000;     ///< service: a thread's idle time between its requests (µs)
   int batches = 200;       ///< latency: timed batches per size
+  long rounds = 100;       ///< large-*: repetitions of the workload's pattern
   int seed = 1;
 };
 
@@ -38,6 +39,9 @@ result run_service(const params& p);
 result run_producer_consumer(const params& p);
 result run_latency(const params& p);
 result run_churn(const params& p);
+result run_large_churn(const params& p);
+result run_large_realloc(const params& p);
+result run_large_live(const params& p);
 
 // ---- helpers shared by the workloads ----
 

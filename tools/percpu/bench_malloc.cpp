@@ -80,11 +80,17 @@ std::vector<workload> workloads(bool quick) {
     return {{"service", {"--threads", "400", "--requests", "8000"}},
             {"producer-consumer", {"--objects", "400000"}},
             {"latency", {"--batches", "60"}},
-            {"churn", {"--threads", "800"}}};
+            {"churn", {"--threads", "800"}},
+            {"large-churn", {"--rounds", "1000"}},
+            {"large-realloc", {"--rounds", "3"}},
+            {"large-live", {"--rounds", "2"}}};
   return {{"service", {"--threads", "400", "--requests", "40000"}},
           {"producer-consumer", {"--objects", "2000000"}},
           {"latency", {"--batches", "300"}},
-          {"churn", {"--threads", "4000"}}};
+          {"churn", {"--threads", "4000"}},
+          {"large-churn", {"--rounds", "5000"}},
+          {"large-realloc", {"--rounds", "10"}},
+          {"large-live", {"--rounds", "5"}}};
 }
 
 // Runs the workload under `a`, pinned to CPU `cpu` when it is not negative; its JSON line, or
@@ -261,6 +267,12 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   print_workload_table("producer-consumer", allocators, m, "objects/s", false);
   fmt::print("\n4. Thread churn: short-lived threads, each freeing what the previous one left\n");
   print_workload_table("churn", allocators, m, "threads/s", false);
+  fmt::print("\n5. Large blocks: malloc 1 MiB, write it, free it\n");
+  print_workload_table("large-churn", allocators, m, "blocks/s", false);
+  fmt::print("\n6. Large blocks: one buffer grown by realloc in 4 KiB steps to 16 MiB\n");
+  print_workload_table("large-realloc", allocators, m, "steps/s", false);
+  fmt::print("\n7. Large blocks: 10,000 blocks of 300 KiB held at once, then freed\n");
+  print_workload_table("large-live", allocators, m, "blocks/s", false);
 
   fmt::print(
       "\n3. Single-thread malloc+free pair, ns (median of batches of 1000 pairs; p99 of "
@@ -333,6 +345,26 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
     if (worst_latency_ratio > 0)
       fmt::print("  pair latency, percpu / fastest, worst size: {:.3f}x (target <= 1.50x) {}\n",
                  worst_latency_ratio, worst_latency_ratio <= 1.5 ? "met" : "NOT met");
+  }
+
+  // Issue 16's large-block criteria: time within 2x (churn) and 3x (realloc growth) glibc's.
+  if (!m["large-churn"]["percpu"]["throughput"].empty() &&
+      !m["large-churn"]["glibc"]["throughput"].empty()) {
+    fmt::print("\nLarge blocks (issue 16):\n");
+    const struct {
+      const char* workload;
+      double target;
+    } large[] = {{"large-churn", 2.0}, {"large-realloc", 3.0}};
+    for (const auto& l : large) {
+      if (m[l.workload]["percpu"]["throughput"].empty() ||
+          m[l.workload]["glibc"]["throughput"].empty())
+        continue;
+      const double r =
+          med(l.workload, "glibc", "throughput") / med(l.workload, "percpu", "throughput");
+      criteria[std::string(l.workload) + "_time_ratio_vs_glibc"] = r;
+      fmt::print("  {}: percpu's time / glibc's {:.3f}x (target <= {:.1f}x) {}\n", l.workload, r,
+                 l.target, r <= l.target ? "met" : "NOT met");
+    }
   }
 
   if (!options.json_out.empty()) {
