@@ -38,11 +38,11 @@ int main(int argc, char** argv) {
   std::string name;
   percpu::workload::params p;
   app.add_option("workload", name,
-                 "service, producer-consumer, latency, churn, large-churn, large-realloc or "
-                 "large-live")
+                 "service, producer-consumer, latency, churn, large-churn, large-realloc, "
+                 "large-live, larson or xmalloc")
       ->required()
       ->check(CLI::IsMember({"service", "producer-consumer", "latency", "churn", "large-churn",
-                             "large-realloc", "large-live"}));
+                             "large-realloc", "large-live", "larson", "xmalloc"}));
   app.add_option("--threads", p.threads, "service: threads; churn: threads created in all")
       ->check(CLI::Range(1, 100000));
   app.add_option("--active", p.active, "service: requests at once (default: online CPUs)")
@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   if (name == "large-churn") r = percpu::workload::run_large_churn(p);
   if (name == "large-realloc") r = percpu::workload::run_large_realloc(p);
   if (name == "large-live") r = percpu::workload::run_large_live(p);
+  if (name == "larson") r = percpu::workload::run_larson(p);
+  if (name == "xmalloc") r = percpu::workload::run_xmalloc(p);
 
   nlohmann::json j = {{"workload", name},
                       {"seconds", r.seconds},

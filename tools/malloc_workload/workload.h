@@ -13,14 +13,15 @@ namespace percpu::workload {
 
 /// Parameters of every workload (each uses those it needs).
 struct params {
-  int threads = 400;       ///< service: threads; churn: threads created in all
+  int threads = 400;       ///< service: threads; churn: threads created in all; larson, xmalloc:
+                           ///< threads (xmalloc: producers, and as many consumers)
   int active = 0;          ///< service: requests served at once (0: online CPUs)
   int pairs = 0;           ///< producer/consumer pairs (0: online CPUs)
   long requests = 20000;   ///< service: requests in all
-  long objects = 2000000;  ///< producer/consumer: objects per pair
+  long objects = 2000000;  ///< producer/consumer: objects per pair; xmalloc: per producer
   int think_us = 1000;     ///< service: a thread's idle time between its requests (µs)
   int batches = 200;       ///< latency: timed batches per size
-  long rounds = 100;       ///< large-*: repetitions of the workload's pattern
+  long rounds = 100;       ///< large-*: repetitions of the pattern; larson: generations
   int seed = 1;
 };
 
@@ -42,6 +43,8 @@ result run_churn(const params& p);
 result run_large_churn(const params& p);
 result run_large_realloc(const params& p);
 result run_large_live(const params& p);
+result run_larson(const params& p);
+result run_xmalloc(const params& p);
 
 // ---- helpers shared by the workloads ----
 

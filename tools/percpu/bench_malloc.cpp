@@ -71,26 +71,47 @@ std::vector<allocator> find_allocators(const std::string& dir, std::vector<std::
 }
 
 struct workload {
-  std::string name;
-  std::vector<std::string> args;
+  std::string name;               ///< the program's workload
+  std::vector<std::string> args;  ///< its options
+  std::string label = name;       ///< the row set in the tables (a workload at a thread count)
 };
 
+// larson and xmalloc at 2, 64 and 400 threads, each about the same work in all.
+void add_cross_thread(std::vector<workload>& out, bool quick) {
+  const long scale = quick ? 4 : 1;
+  for (int threads : {2, 64, 400}) {
+    const std::string t = std::to_string(threads);
+    out.push_back(
+        {"larson",
+         {"--threads", t, "--rounds", std::to_string(std::max(2L, 1000 / threads / scale))},
+         "larson-" + t});
+    out.push_back({"xmalloc",
+                   {"--threads", t, "--objects", std::to_string(4000000 / threads / scale)},
+                   "xmalloc-" + t});
+  }
+}
+
 std::vector<workload> workloads(bool quick) {
-  if (quick)
-    return {{"service", {"--threads", "400", "--requests", "8000"}},
-            {"producer-consumer", {"--objects", "400000"}},
-            {"latency", {"--batches", "60"}},
-            {"churn", {"--threads", "800"}},
-            {"large-churn", {"--rounds", "1000"}},
-            {"large-realloc", {"--rounds", "3"}},
-            {"large-live", {"--rounds", "2"}}};
-  return {{"service", {"--threads", "400", "--requests", "40000"}},
-          {"producer-consumer", {"--objects", "2000000"}},
-          {"latency", {"--batches", "300"}},
-          {"churn", {"--threads", "4000"}},
-          {"large-churn", {"--rounds", "5000"}},
-          {"large-realloc", {"--rounds", "10"}},
-          {"large-live", {"--rounds", "5"}}};
+  std::vector<workload> out;
+  if (quick) {
+    out = {{"service", {"--threads", "400", "--requests", "8000"}},
+           {"producer-consumer", {"--objects", "400000"}},
+           {"latency", {"--batches", "60"}},
+           {"churn", {"--threads", "800"}},
+           {"large-churn", {"--rounds", "1000"}},
+           {"large-realloc", {"--rounds", "3"}},
+           {"large-live", {"--rounds", "2"}}};
+  } else {
+    out = {{"service", {"--threads", "400", "--requests", "40000"}},
+           {"producer-consumer", {"--objects", "2000000"}},
+           {"latency", {"--batches", "300"}},
+           {"churn", {"--threads", "4000"}},
+           {"large-churn", {"--rounds", "5000"}},
+           {"large-realloc", {"--rounds", "10"}},
+           {"large-live", {"--rounds", "5"}}};
+  }
+  add_cross_thread(out, quick);
+  return out;
 }
 
 // Runs the workload under `a`, pinned to CPU `cpu` when it is not negative; its JSON line, or
@@ -234,7 +255,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
         const allocator& a = allocators[(k + static_cast<std::size_t>(rep)) % allocators.size()];
         if (show_progress())
           std::cerr << fmt::format("\r[malloc] {}/{}: repetition {}/{}, {} under {}          ",
-                                   ++done, total, rep + 1, reps, w.name, a.name);
+                                   ++done, total, rep + 1, reps, w.label, a.name);
         // The single-thread latency runs on one CPU per repetition, the same for every
         // allocator: the CPUs of a VM differ (on ours every allocator is 1.4-1.7x slower on
         // CPU 0), and a comparison must not depend on where each process happened to land.
@@ -248,7 +269,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
         raw.push_back({{"allocator", a.name}, {"repetition", rep}, {"result", r}});
         for (const char* key :
              {"throughput", "peak_rss_kib", "end_rss_kib", "p50_us", "p99_us", "minor_faults"})
-          if (r.contains(key)) m[w.name][a.name][key].push_back(r[key].get<double>());
+          if (r.contains(key)) m[w.label][a.name][key].push_back(r[key].get<double>());
         if (r.contains("by_size"))
           for (const auto& s : r["by_size"]) {
             by_size[a.name]["p50"][s["size"].get<std::size_t>()].push_back(s["p50_ns"]);
@@ -273,6 +294,20 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   print_workload_table("large-realloc", allocators, m, "steps/s", false);
   fmt::print("\n7. Large blocks: 10,000 blocks of 300 KiB held at once, then freed\n");
   print_workload_table("large-live", allocators, m, "blocks/s", false);
+  for (const char* t : {"2", "64", "400"}) {
+    fmt::print(
+        "\n8. larson-style, {} threads: each replaces random objects (8-1,000 B), then hands "
+        "them to a new thread\n",
+        t);
+    print_workload_table(std::string("larson-") + t, allocators, m, "ops/s", false);
+  }
+  for (const char* t : {"2", "64", "400"}) {
+    fmt::print(
+        "\n9. xmalloc-style, {} producers and {} consumers: batches of 16-64 B objects through "
+        "one queue, freed by the consumers\n",
+        t, t);
+    print_workload_table(std::string("xmalloc-") + t, allocators, m, "frees/s", false);
+  }
 
   fmt::print(
       "\n3. Single-thread malloc+free pair, ns (median of batches of 1000 pairs; p99 of "
@@ -365,6 +400,33 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
       fmt::print("  {}: percpu's time / glibc's {:.3f}x (target <= {:.1f}x) {}\n", l.workload, r,
                  l.target, r <= l.target ? "met" : "NOT met");
     }
+  }
+
+  // Issue 16's cross-thread criteria: throughput >= 1.0x tcmalloc's and >= 0.5x mimalloc's with
+  // peak RSS <= 0.5x mimalloc's, at every thread count.
+  bool cross_header = false;
+  for (const char* w :
+       {"larson-2", "larson-64", "larson-400", "xmalloc-2", "xmalloc-64", "xmalloc-400"}) {
+    if (m[w]["percpu"]["throughput"].empty()) continue;
+    if (!cross_header) {
+      fmt::print("\nCross-thread workloads (issue 16):\n");
+      cross_header = true;
+    }
+    const double ours = med(w, "percpu", "throughput");
+    std::string line = fmt::format("  {:<12}", w);
+    if (!m[w]["tcmalloc"]["throughput"].empty()) {
+      const double r = ours / med(w, "tcmalloc", "throughput");
+      criteria[std::string(w) + "_vs_tcmalloc"] = r;
+      line += fmt::format(" percpu/tcmalloc {:.2f}x (>= 1.0x {})", r, r >= 1.0 ? "met" : "NOT met");
+    }
+    if (!m[w]["mimalloc"]["throughput"].empty()) {
+      const double r = ours / med(w, "mimalloc", "throughput");
+      const double rss = med(w, "percpu", "peak_rss_kib") / med(w, "mimalloc", "peak_rss_kib");
+      criteria[std::string(w) + "_vs_mimalloc"] = {{"throughput", r}, {"peak_rss", rss}};
+      line += fmt::format("; /mimalloc {:.2f}x (>= 0.5x {}), RSS {:.2f}x (<= 0.5x {})", r,
+                          r >= 0.5 ? "met" : "NOT met", rss, rss <= 0.5 ? "met" : "NOT met");
+    }
+    fmt::print("{}\n", line);
   }
 
   if (!options.json_out.empty()) {
