@@ -149,7 +149,10 @@ TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
   heap.free_span(right);
 }
 
-TEST(MallocPageHeap, MergingWithAReleasedNeighbourReleases) {
+TEST(MallocPageHeap, AFreedSpanStaysResidentBesideReleasedOnesUntilItIsReleasedToo) {
+  // Merging a freed (resident) span into a released neighbour would return its memory to the
+  // kernel, and its next user would fault on every page: the two stay apart until the decay
+  // releases the freed one, which then joins its released neighbours.
   page_heap_t& heap = page_heap();
   heap.release(0);  // every free span is released now
   span* s = heap.allocate_span(64);
@@ -157,12 +160,23 @@ TEST(MallocPageHeap, MergingWithAReleasedNeighbourReleases) {
   std::memset(s->start(), 1, s->bytes());
   char* const start = s->start();
   const std::size_t free_before = heap.stats().free;
-  heap.free_span(s);  // its neighbour is the released rest of its region (or an in-use span)
-  span* merged = heap.span_of(start);
-  ASSERT_NE(merged, nullptr);
-  if (merged->pages == 64) GTEST_SKIP() << "no free neighbour to merge with";
-  EXPECT_TRUE(merged->released);
-  EXPECT_EQ(heap.stats().free, free_before);  // nothing backed was added
+  heap.free_span(s);
+  span* freed = heap.span_of(start);
+  ASSERT_NE(freed, nullptr);
+  EXPECT_EQ(freed->kind, span::state::free);
+  EXPECT_FALSE(freed->released);
+  EXPECT_EQ(freed->pages, 64u);  // not merged with a released neighbour
+  EXPECT_EQ(heap.stats().free, free_before + 64 * kPageSize);
+  EXPECT_GE(heap.release(0), 64 * kPageSize);
+  span* joined = heap.span_of(start);
+  ASSERT_NE(joined, nullptr);
+  EXPECT_TRUE(joined->released);
+  EXPECT_EQ(heap.stats().free, 0u);
+  // Its neighbours, when free, are released too now, and joined with it.
+  span* after = heap.span_of(joined->start() + joined->bytes());
+  if (after != nullptr) {
+    EXPECT_NE(after->kind, span::state::free);
+  }
 }
 
 TEST(MallocPageHeap, MetadataIsZeroedAndRecycled) {

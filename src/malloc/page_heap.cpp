@@ -389,18 +389,28 @@ bool page_heap_t::resize_large(const void* p, std::size_t bytes) {
 
 std::size_t page_heap_t::release(std::size_t keep_bytes) {
   locked l;
-  std::size_t released = 0;
-  // The largest backed span first; once released it joins its released neighbours.
-  auto backed_in = [](span* list) {
-    for (span* s = list; s != nullptr; s = s->next)
-      if (!s->released) return s;
-    return static_cast<span*>(nullptr);
+  // First the backed spans to release, largest lists first, taken off the lists onto a chain
+  // (each list walked once); then each is returned to the kernel and joins its released
+  // neighbours. A span still on the chain is backed, so no released span merges with it.
+  span* chain = nullptr;
+  auto take_backed = [&](span** list) {
+    for (span* s = *list; s != nullptr && g_stats.free > keep_bytes;) {
+      span* next = s->next;
+      if (!s->released) {
+        remove_free(s);
+        s->next = chain;
+        chain = s;
+      }
+      s = next;
+    }
   };
-  while (g_stats.free > keep_bytes) {
-    span* s = backed_in(g_free_long);
-    for (std::size_t n = kExactLists; n >= 1 && s == nullptr; --n) s = backed_in(g_free_exact[n]);
-    if (s == nullptr) break;
-    remove_free(s);
+  take_backed(&g_free_long);
+  for (std::size_t n = kExactLists; n >= 1 && g_stats.free > keep_bytes; --n)
+    take_backed(&g_free_exact[n]);
+  std::size_t released = 0;
+  while (span* s = chain) {
+    chain = s->next;
+    s->next = nullptr;
     madvise(s->start(), s->bytes(), MADV_DONTNEED);
     s->released = true;
     released += s->bytes();

@@ -1,13 +1,20 @@
 // Workloads 8-9, the standard allocator benchmarks' cross-thread patterns (after larson and
 // xmalloc-test in mimalloc-bench; our own code):
-//  - larson: `threads` threads each keep 1,000 live objects of random sizes (8-1,000 B) and
-//    replace a random one 10,000 times, then hand their objects to a new thread, which frees
-//    them as it replaces them (`rounds` generations): frees of objects whose thread has exited;
+//  - larson: `threads` threads each keep 5,000 live objects of random sizes (8-1,000 B) and
+//    replace a random one `objects` times (larson's default: 500,000), then hand their objects
+//    to a new thread, which frees them as it replaces them (`rounds` generations): frees of
+//    objects whose thread has exited.
+//    As in larson, an operation is a free and a malloc and little else: each object carries one
+//    8-byte tag (its address and owner), checked before it is freed, so the allocator's time is
+//    most of the time measured;
 //  - xmalloc: `threads` producers allocate objects of 16-64 B in batches of 64 and pass the
 //    batches through one shared queue to `threads` consumers, which free them: every free is
 //    remote, under contention.
-// Objects carry workload.h's tags, checked before each free.
+// xmalloc's objects carry workload.h's tags (both ends), checked before each free.
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -18,8 +25,11 @@
 namespace percpu::workload {
 namespace {
 
-constexpr int kLarsonLive = 1000;
-constexpr int kLarsonOps = 10000;
+constexpr int kLarsonLive = 5000;
+
+std::uint64_t light_tag(const void* p, std::uint64_t owner) {
+  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull ^ owner;
+}
 
 struct larson_state {
   struct object {
@@ -30,14 +40,31 @@ struct larson_state {
   object live[kLarsonLive];
 };
 
-void larson_generation(larson_state& s, std::uint64_t id) {
+void larson_free(larson_state::object& o) {
+  std::uint64_t t;
+  std::memcpy(&t, o.p, 8);
+  if (t != light_tag(o.p, o.owner)) {
+    std::fprintf(stderr, "percpu-malloc-workload: larson: an object's tag changed (%p)\n", o.p);
+    std::_Exit(3);
+  }
+  std::free(o.p);
+  o.p = nullptr;
+}
+
+void larson_generation(larson_state& s, long ops, std::uint64_t id) {
   rng r(id);
-  for (int i = 0; i < kLarsonOps; ++i) {
+  for (long i = 0; i < ops; ++i) {
     auto& o = s.live[r.next() % kLarsonLive];
-    if (o.p != nullptr) tagged_free(o.p, o.size, o.owner);
-    o.size = r.range(16, 1000);
+    if (o.p != nullptr) larson_free(o);
+    o.size = r.range(8, 1000);
     o.owner = id;
-    o.p = tagged_alloc(o.size, id);
+    o.p = std::malloc(o.size);
+    if (o.p == nullptr) {
+      std::fprintf(stderr, "percpu-malloc-workload: larson: malloc returned NULL\n");
+      std::_Exit(3);
+    }
+    const std::uint64_t t = light_tag(o.p, id);
+    std::memcpy(o.p, &t, 8);
   }
 }
 
@@ -50,21 +77,21 @@ result run_larson(const params& p) {
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(p.threads));
     for (int t = 0; t < p.threads; ++t)
-      threads.emplace_back(larson_generation, std::ref(states[static_cast<std::size_t>(t)]),
-                           static_cast<std::uint64_t>(p.seed) * 1000003 +
-                               static_cast<std::uint64_t>(g) * 4099 +
-                               static_cast<std::uint64_t>(t));
+      threads.emplace_back(
+          larson_generation, std::ref(states[static_cast<std::size_t>(t)]), p.objects,
+          static_cast<std::uint64_t>(p.seed) * 1000003 + static_cast<std::uint64_t>(g) * 4099 +
+              static_cast<std::uint64_t>(t));
     for (auto& t : threads) t.join();
   }
   const double seconds = now_s() - start;
   for (auto& s : states)
     for (auto& o : s.live)
-      if (o.p != nullptr) tagged_free(o.p, o.size, o.owner);
+      if (o.p != nullptr) larson_free(o);
   result res;
   res.seconds = seconds;
   res.unit = "ops/s";
-  res.throughput =
-      static_cast<double>(p.threads) * static_cast<double>(p.rounds) * kLarsonOps / seconds;
+  res.throughput = static_cast<double>(p.threads) * static_cast<double>(p.rounds) *
+                   static_cast<double>(p.objects) / seconds;
   return res;
 }
 

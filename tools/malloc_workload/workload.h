@@ -18,7 +18,8 @@ struct params {
   int active = 0;          ///< service: requests served at once (0: online CPUs)
   int pairs = 0;           ///< producer/consumer pairs (0: online CPUs)
   long requests = 20000;   ///< service: requests in all
-  long objects = 2000000;  ///< producer/consumer: objects per pair; xmalloc: per producer
+  long objects = 2000000;  ///< producer/consumer: objects per pair; xmalloc: per producer;
+                           ///< larson: operations per thread and generation
   int think_us = 1000;     ///< service: a thread's idle time between its requests (µs)
   int batches = 200;       ///< latency: timed batches per size
   long rounds = 100;       ///< large-*: repetitions of the pattern; larson: generations
