@@ -21,6 +21,8 @@ set title "Counter increment: scaling with threads"
 set xlabel 'threads'
 set ylabel 'ns per operation of the whole process (median, log scale)'
 set logscale xy
+set autoscale xfix
+set offsets graph 0.03, graph 0.03, 0, 0
 set key outside right
 set grid
 plot for [i=2:7] 'data/counter.dat' using 1:i with linespoints lw 2 title columnheader(i)
@@ -32,6 +34,8 @@ set title "Free list push+pop: scaling with threads"
 set xlabel 'threads'
 set ylabel 'ns per operation of the whole process (median, log scale)'
 set logscale xy
+set autoscale xfix
+set offsets graph 0.03, graph 0.03, 0, 0
 set key outside right
 set grid
 plot for [i=2:5] 'data/list.dat' using 1:i with linespoints lw 2 title columnheader(i)
