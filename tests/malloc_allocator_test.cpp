@@ -231,6 +231,11 @@ TEST(MallocAllocator, InsideALockedRegionNothingWaitsForALock) {
     EXPECT_EQ(allocate(20000), nullptr);
     EXPECT_EQ(errno, ENOMEM);
     EXPECT_EQ(allocate(std::size_t{2} << 20), nullptr) << "large: the page heap's lock";
+    static_cast<char*>(large)[0] = 7;
+    errno = 0;
+    EXPECT_EQ(reallocate(large, std::size_t{2} << 20), nullptr) << "resizing takes that lock too";
+    EXPECT_EQ(errno, ENOMEM);
+    EXPECT_EQ(static_cast<char*>(large)[0], 7);
     deallocate(large);  // deferred: still mapped
     EXPECT_NE(page_heap().span_of(large), nullptr);
     --t_locks;

@@ -214,7 +214,9 @@ void* allocate_large(std::size_t size, std::size_t alignment, bool* zeroed = nul
 // at least twice its size, so that a buffer grown by small steps is copied O(log n) times, not
 // once per step (the pages beyond what it writes stay untouched, costing no memory).
 void* reallocate_large(void* p, std::size_t size, std::size_t old) noexcept {
-  if (page_heap().resize_large(p, size)) return p;
+  // A handler inside a locked region takes no lock: allocate_large() below refuses too, so the
+  // call fails with ENOMEM and `p` stays as it was.
+  if (PERCPU_LIKELY(t_locks == 0) && page_heap().resize_large(p, size)) return p;
   constexpr std::size_t kMaxDoubling = std::size_t{1} << 40;
   void* q = nullptr;
   if (size > old && old <= kMaxDoubling && 2 * old > size) q = allocate_large(2 * old, kPageSize);
