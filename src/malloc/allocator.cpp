@@ -227,14 +227,6 @@ void* reallocate_large(void* p, std::size_t size, std::size_t old) noexcept {
   return q;
 }
 
-// The span of a pointer being freed or measured; stops the process with `fault` when there is
-// none (never allocated by percpu malloc, or already returned to the kernel).
-span& span_or_die(const void* p, const char* fault) noexcept {
-  span* s = page_heap().span_of(p);
-  if (s == nullptr || s->kind == span::state::free) fatal(fault, p);
-  return *s;
-}
-
 // fork(): the central lists' locks and the page heap's lock are held across it (in that order,
 // the order the slow paths take them), so a child never inherits one held by a thread that does
 // not exist there. They are taken after every other fork handler's locks (fork_order.h): threads
@@ -357,12 +349,13 @@ void* reallocate(void* p, std::size_t size) noexcept {
     deallocate(p);
     return nullptr;
   }
-  if (page_heap().span_of(p) == nullptr) {
+  const span* s = page_heap().span_of(p);
+  if (s == nullptr) {
     if (auto next = g_foreign_realloc.load(std::memory_order_acquire)) return next(p, size);
   }
   check_allocated(p, "realloc(): invalid pointer, or one already freed");
   const std::size_t old = usable_size(p);
-  if (size_class_of(size) == 0 && page_heap().span_of(p)->kind == span::state::large)
+  if (size_class_of(size) == 0 && s->kind == span::state::large)
     return reallocate_large(p, size, old);
   if (size <= old && size >= old / 2) return p;
   void* q = allocate(size);
@@ -392,14 +385,15 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
 
 std::size_t usable_size(const void* p) noexcept {
   if (p == nullptr) return 0;
-  if (page_heap().span_of(p) == nullptr) {
+  const span* s = page_heap().span_of(p);
+  if (s == nullptr) {
     if (auto next = g_foreign_usable_size.load(std::memory_order_acquire))
       return next(const_cast<void*>(p));
   }
-  const span& s =
-      span_or_die(p, "malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)");
-  if (s.kind == span::state::large) return s.bytes() - s.offset;
-  return kClasses[s.size_class].size;
+  if (s == nullptr || s->kind == span::state::free)
+    fatal("malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)", p);
+  if (s->kind == span::state::large) return s->bytes() - s->offset;
+  return kClasses[s->size_class].size;
 }
 
 void set_foreign_allocator(const foreign_allocator& next) noexcept {

@@ -126,9 +126,7 @@ bool cache_init() noexcept {
   if (off != 0) {
     cache_layout::g_area_offset = off;
     cache_layout::g_index_bound = static_cast<std::uint32_t>(indices);
-    cache_layout::g_index_offset =
-        off + static_cast<std::intptr_t>(percpu::detail::g_hot.mm_cid_usable ? abi::kOffMmCid
-                                                                             : abi::kOffCpuId);
+    cache_layout::g_index_offset = percpu::detail::g_hot.mm_cid_index_offset;
     cache_layout::g_fast_regions.store(static_cast<std::intptr_t*>(m), std::memory_order_release);
   }
   return true;

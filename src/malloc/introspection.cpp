@@ -18,8 +18,6 @@ heap_figures figures() noexcept {
   heap_figures f;
   f.mapped = s.heap.mapped;
   f.free_backed = s.heap.free;
-  f.released = s.heap.released;
-  f.metadata = s.heap.metadata;
   f.in_use = s.heap.large;
   for (std::size_t cls = 1; cls < kClassCount; ++cls) {
     const class_stats& k = s.classes[cls];
@@ -27,7 +25,6 @@ heap_figures figures() noexcept {
     const std::size_t free = k.free_in_spans + k.transfer_objects + k.cached_objects;
     const std::size_t held = objects > free ? objects - free : 0;
     f.in_use += held * k.size;
-    f.cached += (objects - held) * k.size;
   }
   pthread_mutex_unlock(&lock);
   return f;

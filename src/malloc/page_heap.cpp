@@ -315,11 +315,10 @@ span* page_heap_t::merge_neighbours(span* s) {
 }
 
 span* page_heap_t::allocate_large(std::size_t bytes, std::size_t alignment, bool& zeroed) {
-  constexpr std::size_t kMaxBytes = std::size_t{1} << 46;
   if (alignment < kPageSize) alignment = kPageSize;
   // The span keeps the room it needed to align the pointer: an absurd alignment would reserve
   // (and count) that much address space.
-  if (bytes == 0 || bytes > kMaxBytes || alignment > kMaxLargeAlignment) return nullptr;
+  if (bytes == 0 || bytes > kMaxLargeBytes || alignment > kMaxLargeAlignment) return nullptr;
   const std::size_t extra = alignment - kPageSize;  // room to move the user pointer up
   const std::size_t pages = (bytes + extra + kPageSize - 1) >> kPageShift;
   locked l;
@@ -352,7 +351,7 @@ bool page_heap_t::free_large(const void* p) {
 }
 
 bool page_heap_t::resize_large(const void* p, std::size_t bytes) {
-  if (bytes == 0 || bytes > (std::size_t{1} << 46)) return false;
+  if (bytes == 0 || bytes > kMaxLargeBytes) return false;
   locked l;
   span* s = large_span_of(*this, p);
   if (s == nullptr) return false;

@@ -11,10 +11,7 @@ struct heap_figures {
   std::size_t mapped = 0;       ///< regions mapped for spans (glibc: the arena's system bytes)
   std::size_t in_use = 0;       ///< held by users: small objects (at their class size) and large
                                 ///< blocks (whole pages)
-  std::size_t cached = 0;       ///< small objects free in caches, transfer caches and spans
   std::size_t free_backed = 0;  ///< free spans still resident (what a trim can return)
-  std::size_t released = 0;     ///< free spans already returned to the kernel
-  std::size_t metadata = 0;     ///< the allocator's own bookkeeping
 };
 
 /// Collects the figures (takes each class's lock in turn, and the page heap's). Allocates

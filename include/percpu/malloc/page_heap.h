@@ -20,6 +20,10 @@
 
 namespace percpu::malloc_impl {
 
+/// Largest size allocate_large() and resize_large() accept (2^46 bytes, 64 TiB): above any
+/// mapping the kernel grants, and far from overflowing the page arithmetic.
+inline constexpr std::size_t kMaxLargeBytes = std::size_t{1} << 46;
+
 /// Largest alignment allocate_large() accepts (1 GiB).
 inline constexpr std::size_t kMaxLargeAlignment = std::size_t{1} << 30;
 
