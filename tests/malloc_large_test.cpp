@@ -28,6 +28,15 @@ run_result run_case(const std::string& args, bool preload,
   return {r.status, r.out};
 }
 
+// The same case under glibc's malloc and under percpu malloc.
+struct both_results {
+  run_result glibc, ours;
+};
+both_results run_both(const std::string& args,
+                      const char* program = PERCPU_MALLOC_LARGE_PROGRAM_PATH) {
+  return {run_case(args, false, program), run_case(args, true, program)};
+}
+
 // The number after `key` in `out`, or -1.
 double value_after(const std::string& out, const std::string& key) {
   const auto at = out.find(key + " ");
@@ -38,8 +47,7 @@ double value_after(const std::string& out, const std::string& key) {
 TEST(MallocLarge, OneMiBChurnReusesItsMemoryWithoutFaults) {
   // Each block used to be a mapping of its own: 256 page faults per 1 MiB block. Freed large
   // spans now stay in the page heap and the next block reuses them.
-  const auto glibc = run_case("churn 2000", false);
-  const auto ours = run_case("churn 2000", true);
+  const auto [glibc, ours] = run_both("churn 2000");
   ASSERT_EQ(ours.status, 0) << ours.out;
   const double faults = value_after(ours.out, "faults_per_iteration");
   ASSERT_GE(faults, 0) << ours.out;
@@ -50,8 +58,7 @@ TEST(MallocLarge, ReallocGrowthByPagesMovesTheBlockLogarithmicallyOften) {
   // 16 MiB grown 4 KiB at a time: 4096 reallocs. Growth happens in place while the free span
   // after the block lasts, and a move at least doubles the block, so the copies add up to a
   // few times the final size instead of one copy per step (36 s before, against 0.17 s).
-  const auto glibc = run_case("realloc 16", false);
-  const auto ours = run_case("realloc 16", true);
+  const auto [glibc, ours] = run_both("realloc 16");
   ASSERT_EQ(glibc.status, 0) << glibc.out;
   ASSERT_EQ(ours.status, 0) << ours.out;
   EXPECT_NE(ours.out.find(" ok"), std::string::npos) << ours.out;
@@ -63,8 +70,7 @@ TEST(MallocLarge, ReallocGrowthByPagesMovesTheBlockLogarithmicallyOften) {
 TEST(MallocLarge, SeventyThousandLive300KiBBlocksAsGlibcGrantsThem) {
   // One mapping per block hit vm.max_map_count (65,530) after 65,524 blocks; blocks are spans
   // of large regions now. 70,000 x 300 KiB is 21 GB of address space, never touched.
-  const auto glibc = run_case("live 70000 307200", false);
-  const auto ours = run_case("live 70000 307200", true);
+  const auto [glibc, ours] = run_both("live 70000 307200");
   ASSERT_EQ(ours.status, 0) << ours.out;
   EXPECT_GE(value_after(ours.out, "live"), value_after(glibc.out, "live"))
       << "glibc: " << glibc.out << "percpu: " << ours.out;
@@ -74,8 +80,7 @@ TEST(MallocLarge, AbsurdSizesGetWhatGlibcGets) {
   // 64 GiB, 1 TiB and 16 TiB on a machine with far less memory: glibc's mmap is refused by the
   // kernel's commit accounting (NULL, ENOMEM); percpu's regions were mapped MAP_NORESERVE and
   // granted them. Whatever this machine's overcommit policy says, both must agree.
-  const auto glibc = run_case("huge", false);
-  const auto ours = run_case("huge", true);
+  const auto [glibc, ours] = run_both("huge");
   ASSERT_EQ(glibc.status, 0) << glibc.out;
   ASSERT_EQ(ours.status, 0) << ours.out;
   EXPECT_EQ(ours.out, glibc.out);
@@ -84,8 +89,7 @@ TEST(MallocLarge, AbsurdSizesGetWhatGlibcGets) {
 TEST(MallocLarge, AddressSpaceHeldInCachesIsGivenBackBeforeARequestFails) {
   // Under RLIMIT_AS = 1,000,000 KiB: 700 MB of 200-byte objects allocated and freed, then 200
   // blocks of 1 MiB. The freed objects' address space must not make those fail.
-  const auto glibc = run_case("rlimit 1000000", false);
-  const auto ours = run_case("rlimit 1000000", true);
+  const auto [glibc, ours] = run_both("rlimit 1000000");
   ASSERT_EQ(ours.status, 0) << ours.out;
   EXPECT_GE(value_after(ours.out, "after_free"), value_after(glibc.out, "after_free"))
       << "glibc: " << glibc.out << "percpu: " << ours.out;
@@ -103,8 +107,7 @@ TEST(MallocGlibcApi, ABlockFromADeepBoundLibraryGoesToTheAllocatorThatMadeIt) {
 
 TEST(MallocGlibcApi, IntrospectionReportsPercpuMallocsOwnFigures) {
   // With ~110 MB live: mallinfo2 said 0 (glibc's empty heap) under the preload.
-  const auto glibc = run_case("info", false, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
-  const auto ours = run_case("info", true, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
+  const auto [glibc, ours] = run_both("info", PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
   ASSERT_EQ(ours.status, 0) << ours.out;
   const double arena = value_after(ours.out, "arena");
   const double used = value_after(ours.out, "uordblks");

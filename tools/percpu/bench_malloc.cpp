@@ -94,24 +94,20 @@ void add_cross_thread(std::vector<workload>& out, bool quick) {
 }
 
 std::vector<workload> workloads(bool quick) {
+  // Each workload's option and its size in the thorough and the quick form.
+  struct sized {
+    const char* name;
+    const char* option;
+    long thorough, quick;
+  };
+  static constexpr sized kSized[] = {
+      {"service", "--requests", 40000, 8000},  {"producer-consumer", "--objects", 2000000, 400000},
+      {"latency", "--batches", 300, 60},       {"churn", "--threads", 4000, 800},
+      {"large-churn", "--rounds", 5000, 1000}, {"large-realloc", "--rounds", 10, 3},
+      {"large-live", "--rounds", 5, 2}};
   std::vector<workload> out;
-  if (quick) {
-    out = {{"service", {"--threads", "400", "--requests", "8000"}},
-           {"producer-consumer", {"--objects", "400000"}},
-           {"latency", {"--batches", "60"}},
-           {"churn", {"--threads", "800"}},
-           {"large-churn", {"--rounds", "1000"}},
-           {"large-realloc", {"--rounds", "3"}},
-           {"large-live", {"--rounds", "2"}}};
-  } else {
-    out = {{"service", {"--threads", "400", "--requests", "40000"}},
-           {"producer-consumer", {"--objects", "2000000"}},
-           {"latency", {"--batches", "300"}},
-           {"churn", {"--threads", "4000"}},
-           {"large-churn", {"--rounds", "5000"}},
-           {"large-realloc", {"--rounds", "10"}},
-           {"large-live", {"--rounds", "5"}}};
-  }
+  for (const sized& w : kSized)  // (the service runs its default 400 threads)
+    out.push_back({w.name, {w.option, std::to_string(quick ? w.quick : w.thorough)}});
   add_cross_thread(out, quick);
   return out;
 }
