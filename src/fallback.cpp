@@ -126,6 +126,17 @@ status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_
   }
 }
 
+status fallback_compare_push(std::intptr_t* v, std::intptr_t* v2, std::intptr_t expect2,
+                             std::ptrdiff_t offset, std::intptr_t item) noexcept {
+  stripe_guard guard(v);
+  for (;;) {
+    if (load(v2) != expect2) return status::compare_failed;
+    const std::intptr_t head = load(v);
+    __atomic_store_n(reinterpret_cast<std::intptr_t*>(item + offset), head, __ATOMIC_RELAXED);
+    if (commit(v, head, item)) return status::committed;
+  }
+}
+
 status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                     std::intptr_t newv2, std::intptr_t newv) noexcept {
   stripe_guard guard(v);

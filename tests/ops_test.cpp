@@ -115,6 +115,23 @@ TYPED_TEST(Ops, PopTakesTheHeadAndStopsWhenEmpty) {
   EXPECT_EQ(popped[0], 2);
 }
 
+// A pop whose item the caller drops still pops: the section must not be optimized away with its
+// unused result (GCC 12 deleted such an asm goto before the sections were marked volatile).
+TYPED_TEST(Ops, APopWhoseItemIsIgnoredStillPops) {
+  constexpr index_mode M = TypeParam::value;
+  percpu::test::pinned pin(0);
+  auto heads = percpu::test::make_slots();
+  std::vector<node> items(heads.size());
+  for (size_t s = 0; s < heads.size(); ++s)
+    heads[s].value = reinterpret_cast<std::intptr_t>(&items[s]);
+  const status st = percpu::retry<M>([&](int index) {
+    std::intptr_t ignored;
+    return percpu::pop<M>(&heads[index].value, 0, offsetof(node, next), &ignored, index);
+  });
+  EXPECT_EQ(st, status::committed);
+  EXPECT_EQ(heads[percpu::current_index<M>()].value, 0);
+}
+
 // compare_pop pops only while the second word holds the expected value (a drain's gate).
 TYPED_TEST(Ops, ComparePopRespectsTheGate) {
   constexpr index_mode M = TypeParam::value;
@@ -144,6 +161,34 @@ TYPED_TEST(Ops, ComparePopRespectsTheGate) {
   EXPECT_EQ(out, reinterpret_cast<std::intptr_t>(&lists[index][0]));
   EXPECT_EQ(attempt(out), status::compare_failed);  // empty
   EXPECT_EQ(heads[index].value, 0);
+}
+
+// compare_push links the item to the head it reads and pushes it, only while the gate is open.
+TYPED_TEST(Ops, ComparePushLinksToTheHeadAndRespectsTheGate) {
+  constexpr index_mode M = TypeParam::value;
+  percpu::test::pinned pin(0);
+  auto heads = percpu::test::make_slots();
+  auto gates = percpu::test::make_slots();
+  std::vector<std::vector<node>> lists(heads.size(), std::vector<node>(2));
+  for (size_t s = 0; s < heads.size(); ++s) gates[s].value = 1;  // closed
+  auto push = [&](node* item) {
+    return percpu::retry<M>([&](int index) {
+      return percpu::compare_push<M>(&heads[index].value, &gates[index].value, 0,
+                                     offsetof(node, next), reinterpret_cast<std::intptr_t>(item),
+                                     index);
+    });
+  };
+  const int index = percpu::current_index<M>();
+  node* const marker = reinterpret_cast<node*>(0x1000);
+  lists[index][0].next = marker;
+  EXPECT_EQ(push(&lists[index][0]), status::compare_failed);  // gate closed: nothing pushed
+  EXPECT_EQ(heads[index].value, 0);
+  gates[index].value = 0;  // open
+  EXPECT_EQ(push(&lists[index][0]), status::committed);
+  EXPECT_EQ(lists[index][0].next, nullptr);  // linked to the empty head
+  EXPECT_EQ(push(&lists[index][1]), status::committed);
+  EXPECT_EQ(heads[index].value, reinterpret_cast<std::intptr_t>(&lists[index][1]));
+  EXPECT_EQ(lists[index][1].next, &lists[index][0]);
 }
 
 TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {

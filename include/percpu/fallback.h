@@ -29,6 +29,8 @@ PERCPU_API status fallback_pop(std::intptr_t* v, std::intptr_t expect, std::ptrd
 PERCPU_API status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                        std::intptr_t expect2, std::ptrdiff_t offset,
                                        std::intptr_t* out) noexcept;
+PERCPU_API status fallback_compare_push(std::intptr_t* v, std::intptr_t* v2, std::intptr_t expect2,
+                                        std::ptrdiff_t offset, std::intptr_t item) noexcept;
 PERCPU_API status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect,
                                                std::intptr_t* v2, std::intptr_t newv2,
                                                std::intptr_t newv) noexcept;

@@ -143,10 +143,9 @@ class freelist {
   template <class Policy>
   PERCPU_ALWAYS_INLINE status push_attempt(T* item, int index) noexcept {
     slot& sl = slots_[index];
-    const std::intptr_t head = __atomic_load_n(&sl.head, __ATOMIC_RELAXED);
-    item->*Link = reinterpret_cast<T*>(head);  // the item is still ours: a plain store
-    return compare_compare_store<M, Policy>(&sl.head, head, &sl.gate, kOpen,
-                                            reinterpret_cast<std::intptr_t>(item), index);
+    // The section links the item to the head it reads itself (the item is still ours).
+    return compare_push<M, Policy>(&sl.head, &sl.gate, kOpen, link_offset(),
+                                   reinterpret_cast<std::intptr_t>(item), index);
   }
   template <class Policy>
   PERCPU_ALWAYS_INLINE status pop_attempt(std::intptr_t& item, int index) noexcept {

@@ -176,6 +176,25 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t* v, std::in
       [=] { return detail::fallback_compare_pop(v, expect, v2, expect2, offset, out); });
 }
 
+/// compare, then free-list push: if (*v2 == expect2) { *(intptr_t*)(item + offset) = *v;
+/// *v = item }. `v` is a list head, `v2` a gate that must hold expect2 (see freelist.h),
+/// `offset` the byte offset of the next pointer inside an item. The head is read inside the
+/// section, so the push needs no expected head and fails only on the gate. The link store may
+/// also happen in attempts that abort: the item must be the caller's alone until the commit.
+/// Returns committed, compare_failed (*v2 != expect2), or aborted / index_changed (retry).
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t* v, std::intptr_t* v2,
+                                                        std::intptr_t expect2,
+                                                        std::ptrdiff_t offset, std::intptr_t item,
+                                                        int index) noexcept {
+  return detail::dispatch<M, Policy>(
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::compare_push<decltype(field)::value>(off, idx, v, v2, expect2, offset, item,
+                                                          index);
+      },
+      [=] { return detail::fallback_compare_push(v, v2, expect2, offset, item); });
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }. The store to v2 may
 /// also happen in attempts that abort, so v2 must be memory nobody reads before the commit
 /// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,

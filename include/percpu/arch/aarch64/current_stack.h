@@ -43,18 +43,19 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
                                       std::uint32_t bound, std::intptr_t* first,
                                       std::intptr_t& out) noexcept {
   std::intptr_t v;
-  asm goto(PERCPU_A64_CURRENT_STACK_HEAD
-           "sub x13, x12, 1\n\t"
-           "cmp x13, %[max]\n\t"
-           "b.hs %l[slow]\n\t"
-           "ldr %[v], [x11, x12, lsl 3]\n\t" PERCPU_A64_INJECT(
-               3) "str x13, [x11]\n\t" PERCPU_A64_CURRENT_STACK_TAIL
-           : [v] "=&r"(v)
-           : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
-             [bound] "r"(std::uint64_t{bound}), [max] "r"(std::uint64_t{kMaxStackCount}),
-             [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
-           : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
-           : slow, aborted);
+  asm volatile goto(
+      PERCPU_A64_CURRENT_STACK_HEAD
+      "sub x13, x12, 1\n\t"
+      "cmp x13, %[max]\n\t"
+      "b.hs %l[slow]\n\t"
+      "ldr %[v], [x11, x12, lsl 3]\n\t" PERCPU_A64_INJECT(
+          3) "str x13, [x11]\n\t" PERCPU_A64_CURRENT_STACK_TAIL
+      : [v] "=&r"(v)
+      : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
+        [bound] "r"(std::uint64_t{bound}), [max] "r"(std::uint64_t{kMaxStackCount}),
+        [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
+      : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
+      : slow, aborted);
   out = v;
   return stack_result::done;
 slow:
@@ -69,7 +70,7 @@ template <std::size_t RegionBytes>
 inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
                                        std::uint32_t bound, std::intptr_t* first,
                                        std::intptr_t cap_offset, std::intptr_t value) noexcept {
-  asm goto(PERCPU_A64_CURRENT_STACK_HEAD
+  asm volatile goto(PERCPU_A64_CURRENT_STACK_HEAD
            "ldr x13, [x11, %[cap_offset]]\n\t"
            "cmp x12, x13\n\t"
            "b.hs %l[slow]\n\t"

@@ -7,6 +7,9 @@
 // commit_order variants of the generic layer therefore share these bodies. `add` publishes
 // nothing and commits with a plain store; `pop` reads the node through the head it loaded
 // (an address dependency orders the two loads).
+//
+// Every section is `asm volatile goto`, as on x86-64 (GCC drops an asm goto whose outputs go
+// unused).
 #pragma once
 
 #include <cstddef>
@@ -51,7 +54,7 @@ namespace percpu::arch {
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
                                 std::intptr_t count, int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD("")
+  asm volatile goto(PERCPU_A64_SECTION_HEAD("")
            "ldr x11, %[v]\n\t"
            "add x11, x11, %[count]\n\t"
            PERCPU_A64_INJECT(3)
@@ -69,7 +72,7 @@ template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
                                           std::intptr_t expect, std::intptr_t newv,
                                           int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
            "b.ne %l[cmpfail]\n\t"
@@ -90,7 +93,7 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
                                                   std::intptr_t* v, std::intptr_t expect,
                                                   std::intptr_t* v2, std::intptr_t expect2,
                                                   std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
            "b.ne %l[cmpfail]\n\t"
@@ -115,7 +118,7 @@ template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
                                 std::intptr_t expect, std::ptrdiff_t offset, std::intptr_t* out,
                                 int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
            "b.eq %l[cmpfail]\n\t"
@@ -141,7 +144,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
                                         std::intptr_t expect, std::intptr_t* v2,
                                         std::intptr_t expect2, std::ptrdiff_t offset,
                                         std::intptr_t* out, int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v2]\n\t"
            "cmp x11, %[expect2]\n\t"
            "b.ne %l[cmpfail]\n\t"
@@ -164,6 +167,31 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
+/// compare, then free-list push: if (*v2 == expect2) { *(item + offset) = *v; *v = item }
+/// (the head is read inside the section; the store-release commit publishes the link store).
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                         std::intptr_t* v2, std::intptr_t expect2,
+                                         std::ptrdiff_t offset, std::intptr_t item,
+                                         int index) noexcept {
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[v2]\n\t"
+           "cmp x11, %[expect2]\n\t"
+           "b.ne %l[cmpfail]\n\t"
+           "ldr x11, %[v]\n\t"
+           PERCPU_A64_INJECT(2)
+           "str x11, [%[item], %[offset]]\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr %[item], %[v]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [v] "Q"(*v), [v2] "Q"(*v2),
+             [expect2] "r"(expect2), [offset] "r"(offset), [item] "r"(item)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
 /// commit publishes the try-store).
 template <std::uint32_t Field>
@@ -171,7 +199,7 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
                                                 std::intptr_t* v, std::intptr_t expect,
                                                 std::intptr_t* v2, std::intptr_t newv2,
                                                 std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
            "b.ne %l[cmpfail]\n\t"
@@ -195,7 +223,7 @@ PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_
                                                  std::intptr_t* v, std::intptr_t expect, void* dst,
                                                  const void* src, std::size_t len,
                                                  std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[v]\n\t"
            "cmp x11, %[expect]\n\t"
            "b.ne %l[cmpfail]\n\t"

@@ -68,18 +68,18 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
                                       std::uint32_t bound, std::intptr_t* first,
                                       std::intptr_t& out) noexcept {
   std::intptr_t v;
-  asm goto(PERCPU_X86_CURRENT_STACK_HEAD
-           "leaq -1(%%rdx), %%r8\n\t"
-           "cmpq %[max], %%r8\n\t"
-           "jae %l[slow]\n\t"
-           "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
-               3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
-           : [v] "=&r"(v)
-           : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
-             [bound] "r"(bound), [max] "i"(kMaxStackCount),
-             [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
-           : "rax", "rcx", "rdx", "r8", "memory", "cc"
-           : slow, aborted);
+  asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
+                    "leaq -1(%%rdx), %%r8\n\t"
+                    "cmpq %[max], %%r8\n\t"
+                    "jae %l[slow]\n\t"
+                    "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
+                        3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
+                    : [v] "=&r"(v)
+                    : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes),
+                      [index_off] "r"(index_off), [bound] "r"(bound), [max] "i"(kMaxStackCount),
+                      [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
+                    : "rax", "rcx", "rdx", "r8", "memory", "cc"
+                    : slow, aborted);
   out = v;
   return stack_result::done;
 slow:
@@ -103,7 +103,7 @@ template <std::size_t RegionBytes>
 inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
                                        std::uint32_t bound, std::intptr_t* first,
                                        std::intptr_t cap_offset, std::intptr_t value) noexcept {
-  asm goto(PERCPU_X86_CURRENT_STACK_HEAD
+  asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
            "cmpq (%%rcx,%[cap_offset],1), %%rdx\n\t"
            "jae %l[slow]\n\t"
            "movq %[value], 8(%%rcx,%%rdx,8)\n\t" PERCPU_X86_INJECT(3)

@@ -12,6 +12,10 @@
 // No exit disarms the section: the kernel clears rseq_cs lazily once the thread is outside it
 // (see PERCPU_RETURN_STATUSES; code that dlclose() unloads needs prepare_unload(), unload.h).
 //
+// Every section is `asm volatile goto`: GCC 12 deletes an asm goto whose outputs go unused (a
+// pop whose item the caller ignores would not pop), although its manual calls asm goto
+// implicitly volatile.
+//
 // x86-64 is TSO: every store is a release store, so the _release variants of the generic layer
 // share these bodies (the "memory" clobber keeps the compiler from moving accesses across).
 #pragma once
@@ -57,12 +61,12 @@ namespace percpu::arch {
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
                                 std::intptr_t count, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD("")
-               PERCPU_X86_INJECT(3) "addq %[count], (%[v])\n\t" PERCPU_X86_SECTION_TAIL
-           :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [count] "er"(count)
-           : "rax", "memory", "cc"
-           : aborted, moved);
+  asm volatile goto(PERCPU_X86_SECTION_HEAD("")
+                        PERCPU_X86_INJECT(3) "addq %[count], (%[v])\n\t" PERCPU_X86_SECTION_TAIL
+                    :
+                    : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [count] "er"(count)
+                    : "rax", "memory", "cc"
+                    : aborted, moved);
   PERCPU_RETURN_STATUSES
 }
 
@@ -75,7 +79,7 @@ template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
                                           std::intptr_t expect, std::intptr_t newv,
                                           int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(3)
@@ -97,7 +101,7 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
                                                   std::intptr_t* v, std::intptr_t expect,
                                                   std::intptr_t* v2, std::intptr_t expect2,
                                                   std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
@@ -129,7 +133,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "movq (%[v]), %[head]\n\t"
            "cmpq %[head], %[expect]\n\t"
            "je %l[cmpfail]\n\t"
@@ -166,7 +170,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v2]), %[expect2]\n\t"
            "jnz %l[cmpfail]\n\t"
            "movq (%[v]), %[head]\n\t"
@@ -186,6 +190,40 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
+/// compare, then free-list push: if (*v2 == expect2) { *(item + offset) = *v; *v = item }.
+/// The push of a list that a remote drainer can close (v2: the gate). The head is read inside
+/// the section, so no compare of it is needed: nothing can change it before the commit without
+/// aborting the section. The link store may happen in attempts that then abort; the item is the
+/// caller's until the commit publishes it.
+///
+///   if (area->index != index || fallback) return index_changed
+///   if (*v2 != expect2) return compare_failed
+///   head = *v
+///   *(intptr_t*)(item + offset) = head         // try-store (the item is not yet published)
+///   *v = item                                  // commit
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
+                                         std::intptr_t* v2, std::intptr_t expect2,
+                                         std::ptrdiff_t offset, std::intptr_t item,
+                                         int index) noexcept {
+  std::intptr_t head;
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "cmpq (%[v2]), %[expect2]\n\t"
+           "jnz %l[cmpfail]\n\t"
+           "movq (%[v]), %[head]\n\t"
+           PERCPU_X86_INJECT(2)
+           "movq %[head], (%[item], %[offset], 1)\n\t"
+           PERCPU_X86_INJECT(3)
+           "movq %[item], (%[v])\n\t"
+           PERCPU_X86_SECTION_TAIL
+           : [head] "=&r"(head)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [v2] "r"(v2),
+             [expect2] "r"(expect2), [offset] "r"(offset), [item] "r"(item)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }.
 /// The store to v2 may happen in attempts that then abort; only the store to v commits.
 ///
@@ -198,7 +236,7 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
                                                 std::intptr_t* v, std::intptr_t expect,
                                                 std::intptr_t* v2, std::intptr_t newv2,
                                                 std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
@@ -226,7 +264,7 @@ PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_
                                                  std::intptr_t* v, std::intptr_t expect, void* dst,
                                                  const void* src, std::size_t len,
                                                  std::intptr_t newv, int index) noexcept {
-  asm goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "cmpq (%[v]), %[expect]\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(2)
