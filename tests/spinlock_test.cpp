@@ -2,6 +2,8 @@
 
 #include <percpu/slot_array.h>
 #include <percpu/spinlock.h>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,39 @@ TYPED_TEST(Spinlock, LockReturnsTheCurrentIndexAndExcludesOthers) {
   EXPECT_THROW(lock.unlock(lock.slots()), std::out_of_range);
   EXPECT_EQ(lock.try_lock(), index);
   lock.unlock(index);
+}
+
+TYPED_TEST(Spinlock, AGuardHoldsItsIndexUntilItsScopeEnds) {
+  constexpr percpu::index_mode M = TypeParam::value;
+  using guard = typename percpu::spinlock<M>::guard;
+  percpu::test::pinned pin(0);
+  percpu::spinlock<M> lock;
+  int index;
+  {
+    guard g(lock);
+    index = g.index();
+    EXPECT_EQ(index, percpu::current_index<M>());
+    EXPECT_TRUE(lock.is_locked(index));
+    EXPECT_EQ(lock.try_lock(), -1);
+  }
+  EXPECT_FALSE(lock.is_locked(index));
+  if constexpr (M == percpu::index_mode::cpu_id) {
+    // A guard taken on a held index waits (its slow path) until the holder unlocks.
+    const int held = lock.lock();
+    std::atomic<bool> taken{false};
+    std::thread waiter([&] {
+      percpu::test::pinned on(0);
+      guard g(lock);
+      EXPECT_EQ(g.index(), held);
+      taken = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(taken.load());
+    lock.unlock(held);
+    waiter.join();
+    EXPECT_TRUE(taken.load());
+    EXPECT_FALSE(lock.is_locked(held));
+  }
 }
 
 // Each index guards a pair of plain (non-atomic) counters updated with two separate stores;

@@ -18,7 +18,8 @@ namespace percpu {
 /// the calling thread runs on and returns that index: the caller then owns that index's data
 /// until unlock(index), even if it migrates meanwhile (another CPU's threads then take their own
 /// locks; threads arriving on the locked index wait). Uncontended, lock() is one critical
-/// section (no atomic instruction) and unlock() one store.
+/// section (no atomic instruction) and unlock() a checked store; a guard's release is a bare
+/// store.
 ///
 /// Not recursive, and not async-signal-safe against itself: a signal handler taking the lock
 /// its own thread holds waits forever (use try_lock() in handlers). Like any lock, one held by
@@ -75,22 +76,53 @@ class spinlock {
   /// Number of locks (the index space of M).
   int slots() const noexcept { return locks_.size(); }
 
+ private:
+  // A lock taken: its word and its index (what guard keeps).
+  struct held_lock {
+    std::intptr_t* word;
+    int index;
+  };
+
+ public:
   /// Holds the calling thread's index lock for a scope; index() says which data it guards.
+  ///
+  /// The guard took the lock itself, so its release needs none of unlock()'s checks: it keeps
+  /// the lock word's address and releases with one store, as a hand-written lock would. Do not
+  /// also unlock(index()) while the guard lives (the guard's release would then free a lock
+  /// that another thread may hold by then).
   class guard {
    public:
-    explicit guard(spinlock& lock) noexcept : lock_(lock), index_(lock.lock()) {}
-    ~guard() { lock_.unlock(index_); }
+    explicit guard(spinlock& lock) noexcept : held_(lock.acquire()) {}
+    ~guard() { __atomic_store_n(held_.word, 0, __ATOMIC_RELEASE); }
     guard(const guard&) = delete;
     guard& operator=(const guard&) = delete;
     /// The index whose lock is held.
-    int index() const noexcept { return index_; }
+    int index() const noexcept { return held_.index; }
 
    private:
-    spinlock& lock_;
-    int index_;
+    held_lock held_;
   };
 
  private:
+  // lock() for guard: also returns the word, so that the guard's release neither indexes nor
+  // checks again. The cold path returns both too (in two registers), so the caller keeps nothing
+  // of its own alive across that call.
+  PERCPU_ALWAYS_INLINE held_lock acquire() noexcept {
+    int index;
+    status s = status::compare_failed;  // no attempt
+    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+      std::intptr_t* word = &locks_[index];
+      s = compare_store<M, detail::rseq_only>(word, 0, 1, index);
+      if (PERCPU_LIKELY(s == status::committed)) return {word, index};
+    }
+    return acquire_cold(s);
+  }
+  [[gnu::noinline, gnu::cold]] held_lock acquire_cold(status fast) noexcept {
+    int index = try_lock_cold(fast);
+    if (index < 0) index = lock_cold();
+    return {&locks_[index], index};
+  }
+
   // lock() when the lock is held: spin, then yield.
   [[gnu::noinline, gnu::cold]] int lock_cold() noexcept {
     for (unsigned spins = 0;; ++spins) {

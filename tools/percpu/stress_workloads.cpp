@@ -309,13 +309,17 @@ class spinlock_workload final : public stress_workload {
 
  public:
   explicit spinlock_workload(stress_tally& tally) : tally_(tally), data_(lock_.slots()) {}
+  // Odd operations take the lock through a guard (its own acquire path and bare release), even
+  // ones through lock()/unlock().
   void op(long i) override {
-    const int index = lock_.lock();
-    guarded& g = data_[index];
-    g.a = g.a + 1;
-    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
-    g.b = g.b + 1;
-    lock_.unlock(index);
+    if (i & 1) {
+      typename spinlock<M>::guard held(lock_);
+      update(data_[held.index()], i);
+    } else {
+      const int index = lock_.lock();
+      update(data_[index], i);
+      lock_.unlock(index);
+    }
   }
   void signal_op() noexcept override {
     // The interrupted thread may hold this index's lock: only try, never wait.
@@ -347,6 +351,12 @@ class spinlock_workload final : public stress_workload {
   }
 
  private:
+  static void update(guarded& g, long i) {
+    g.a = g.a + 1;
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    g.b = g.b + 1;
+  }
+
   stress_tally& tally_;
   spinlock<M> lock_;
   slot_array<guarded> data_;
