@@ -72,9 +72,15 @@ PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
   return stack_push_cold<M>(words, capacity, value, s);
 }
 
+/// What stack_pop_cold() returns: the entry, and whether there was one. Returned in two
+/// registers, so the inlined fast path keeps its result out of memory.
+struct stack_popped {
+  std::intptr_t value;
+  bool ok;
+};
+
 template <index_mode M, class Words>
-[[gnu::noinline, gnu::cold]] bool stack_pop_cold(Words words, std::intptr_t& out,
-                                                 status fast) noexcept {
+[[gnu::noinline, gnu::cold]] stack_popped stack_pop_cold(Words words, status fast) noexcept {
   count_fast_attempt(fast);
   for (;;) {
     bool empty = false, closed = false;
@@ -88,11 +94,8 @@ template <index_mode M, class Words>
       v = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
       return compare_compare_store<M>(&r[0], n, &r[n], v, n - 1, index);
     });
-    if (s == status::committed) {
-      out = v;
-      return true;
-    }
-    if (empty) return false;
+    if (s == status::committed) return {v, true};
+    if (empty) return {0, false};
     if (closed) wait_for_remote();
   }
 }
@@ -118,7 +121,9 @@ PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept 
       }
     }
   }
-  return stack_pop_cold<M>(words, out, s);
+  const stack_popped p = stack_pop_cold<M>(words, s);
+  if (p.ok) out = p.value;
+  return p.ok;
 }
 
 /// The loop of the bulk stack operations: on the calling thread's stack (words(index)), runs

@@ -87,7 +87,9 @@ struct percpu_side {
   static inline pool<M>* objects;
 
   static void add_one() { count->add(1); }
-  static void lock_unlock() { lock->unlock(lock->lock()); }
+  // Through the guard, the way scoped code takes the lock (unlock(index)'s checks are for a
+  // caller that passes an index around).
+  static void lock_unlock() { typename spinlock<M>::guard held(*lock); }
   static void pop_push() {
     if (op_list_item* it = list->pop()) list->push(it);
   }
