@@ -38,11 +38,7 @@ class spinlock {
   /// Takes the lock of the calling thread's current index and returns that index. Spins while
   /// another thread holds it (yielding the CPU after a short spin, so a holder that was
   /// preempted on this CPU can run).
-  PERCPU_ALWAYS_INLINE int lock() noexcept {
-    const int index = try_lock();
-    if (PERCPU_LIKELY(index >= 0)) return index;
-    return lock_cold();
-  }
+  PERCPU_ALWAYS_INLINE int lock() noexcept { return acquire().index; }
 
   /// Takes the lock of the calling thread's current index if it is free: returns the index, or
   /// -1 when another thread holds it.
@@ -104,8 +100,8 @@ class spinlock {
   };
 
  private:
-  // lock() for guard: also returns the word, so that the guard's release neither indexes nor
-  // checks again. The cold path returns both too (in two registers), so the caller keeps nothing
+  // lock(), also returning the word, so that a guard's release neither indexes nor checks
+  // again. The cold path returns both too (in two registers), so the caller keeps nothing
   // of its own alive across that call.
   PERCPU_ALWAYS_INLINE held_lock acquire() noexcept {
     int index;
