@@ -47,7 +47,10 @@ class spinlock {
     status s = status::compare_failed;  // no attempt
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
       s = compare_store<M, detail::rseq_only>(&locks_[index], 0, 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) return index;
+      if (PERCPU_LIKELY(s == status::committed)) {
+        acquired();
+        return index;
+      }
       if (s == status::compare_failed) return -1;
     }
     return try_lock_cold(s);
@@ -109,7 +112,10 @@ class spinlock {
     if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
       std::intptr_t* word = &locks_[index];
       s = compare_store<M, detail::rseq_only>(word, 0, 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) return {word, index};
+      if (PERCPU_LIKELY(s == status::committed)) {
+        acquired();
+        return {word, index};
+      }
     }
     return acquire_cold(s);
   }
@@ -140,8 +146,18 @@ class spinlock {
       taken = index;
       return compare_store<M>(&locks_[index], 0, 1, index);
     });
-    return s == status::committed ? taken : -1;
+    if (s != status::committed) return -1;
+    acquired();
+    return taken;
   }
+
+  // Orders the holder's accesses after its read of the free lock word: the section reads the
+  // word with a plain load and commits with a store (a store-release on aarch64, which orders
+  // nothing after it), and the fallback's compare-and-swap is release-only. Without this an
+  // aarch64 holder could read the data before the word, and so before the previous holder's
+  // writes (that holder may have unlocked from another CPU). On x86-64 loads are not reordered
+  // with older loads: this is only a compiler barrier there, and costs no instruction.
+  static PERCPU_ALWAYS_INLINE void acquired() noexcept { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 
   [[noreturn, gnu::noinline, gnu::cold]] static void throw_not_held(int index) {
     throw std::logic_error("percpu::spinlock::unlock: lock of index " + std::to_string(index) +
