@@ -21,6 +21,10 @@ namespace percpu {
 /// section (no atomic instruction) and unlock() a checked store; a guard's release is a bare
 /// store.
 ///
+/// Memory order: taking a lock (lock(), a successful try_lock(), a guard) is an acquire and
+/// releasing it (unlock(), the guard's end) a release, so a holder sees every write the
+/// previous holder made under the lock, whichever CPU it released it from.
+///
 /// Not recursive, and not async-signal-safe against itself: a signal handler taking the lock
 /// its own thread holds waits forever (use try_lock() in handlers). Like any lock, one held by
 /// another thread at fork() stays held in the child, where that thread does not exist. In fallback
