@@ -2,7 +2,10 @@
 // threads are inside fallback operations, and fallback-mode ABA between pop and compare_store.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -27,12 +30,43 @@ std::uint64_t* rseq_cs_field() {
                                           percpu::detail::g_hot.rseq_offset + 8);
 }
 
-// Preemptions, migrations and system calls: each makes the kernel look at rseq_cs.
+// Spins in user code for `ms` milliseconds (the clock is read through the vDSO).
+void spin_in_user_code(int ms) {
+  timespec start{}, now{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do {
+    for (int i = 0; i < 1000; ++i) asm volatile("");  // work the compiler cannot drop
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
+}
+
+// Makes the kernel look at the calling thread's rseq_cs in both ways it can: sleeping in system
+// calls (kernels before 6.19 check rseq_cs on every return to user space after a preemption),
+// then being preempted and migrated while it runs user code (since 6.19's rework the kernel
+// checks it only when it interrupted user code, since no critical section contains a system
+// call). A second thread competes for the CPU and moves this one between the allowed CPUs.
 void be_preempted_often() {
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 50; ++i) {
     sched_yield();
     usleep(1000);
   }
+  std::atomic<bool> stop{false};
+  const pthread_t self = pthread_self();
+  std::thread mover([&] {
+    const std::vector<int>& cpus = percpu::machine_topology().allowed_cpus;
+    for (std::size_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      if (cpus.size() > 1) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[i % cpus.size()], &one);
+        pthread_setaffinity_np(self, sizeof(one), &one);
+      }
+      spin_in_user_code(1);
+    }
+  });
+  spin_in_user_code(300);
+  stop = true;
+  mover.join();
 }
 
 TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeAfterPrepareUnload) {
@@ -81,6 +115,12 @@ TEST(ProcessEvents, AStaleDescriptorPointerAfterUnloadIsWhatTheKernelKills) {
     }
     if (left == 0) return 4;  // the sections left nothing armed: nothing to show
     if (dlclose(h) != 0) return 5;
+    // Hold the descriptor's former page inaccessible, so that a mapping made later (a thread's
+    // stack) cannot land there and turn the stale pointer into one to readable zeros.
+    const long page = sysconf(_SC_PAGESIZE);
+    void* at = reinterpret_cast<void*>(left & ~static_cast<std::uint64_t>(page - 1));
+    if (mmap(at, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != at)
+      return 6;  // something else was mapped there already
     __atomic_store_n(rseq_cs_field(), left, __ATOMIC_RELAXED);
     be_preempted_often();
     return 0;
