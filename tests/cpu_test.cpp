@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <percpu/percpu.h>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,6 +26,36 @@ TEST(GetcpuCache, ReportsTheCpuTheThreadIsPinnedTo) {
     EXPECT_EQ(percpu::current_node(), static_cast<int>(node));
     EXPECT_EQ(percpu::current_cpu_node().node, static_cast<int>(node));
   }
+}
+
+// The node sysfs files name for `cpu` (/sys/devices/system/node/nodeK/cpuN), or -1 when no node
+// lists it (a kernel built without NUMA has no node folders).
+int sysfs_node_of(int cpu) {
+  for (int node : percpu::machine_topology().nodes) {
+    const std::string path =
+        "/sys/devices/system/node/node" + std::to_string(node) + "/cpu" + std::to_string(cpu);
+    if (access(path.c_str(), F_OK) == 0) return node;
+  }
+  return -1;
+}
+
+TEST(GetcpuCache, NodeIsTheOneSysfsListsOnEveryCpu) {
+  // Against the kernel's topology, not against getcpu(): the same node on every CPU would pass
+  // a getcpu() comparison if both read a stale field. On a multi-node VM this covers each node.
+  std::set<int> nodes_seen;
+  for (int cpu : percpu::machine_topology().allowed_cpus) {
+    const int node = sysfs_node_of(cpu);
+    if (node < 0) GTEST_SKIP() << "sysfs lists no NUMA node for CPU " << cpu;
+    percpu::test::pinned pin(cpu);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(percpu::current_node(), node) << "CPU " << cpu;
+    const auto pair = percpu::current_cpu_node();
+    EXPECT_EQ(pair.cpu, cpu);
+    EXPECT_EQ(pair.node, node) << "CPU " << cpu;
+    nodes_seen.insert(node);
+  }
+  std::printf("nodes covered: %zu of %zu\n", nodes_seen.size(),
+              percpu::machine_topology().nodes.size());
 }
 
 TEST(GetcpuCache, IndicesStayInsideTheirSpaces) {
