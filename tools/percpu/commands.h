@@ -12,6 +12,10 @@ namespace percpu::cli {
 nlohmann::json info_json();
 /// Prints info_json() for people.
 void print_info(const nlohmann::json& info);
+/// One line naming what a benchmark ran on, from info_json(): "Linux RELEASE (MACHINE), glibc
+/// VERSION, online CPUs LIST, rseq mode MODE (area registered by OWNER)". Every `percpu bench`
+/// suite prints it first, and the report's header carries it.
+std::string environment_line(const nlohmann::json& info);
 
 /// `percpu deny-rseq`: installs a seccomp filter that fails rseq(2) (when `rseq`) and/or
 /// membarrier(2) (when `membarrier`) with `err`, then execs `argv`. Returns only on failure (the

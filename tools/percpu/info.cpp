@@ -58,6 +58,14 @@ nlohmann::json info_json() {
   return j;
 }
 
+std::string environment_line(const nlohmann::json& info) {
+  return fmt::format(
+      "Linux {} ({}), glibc {}, online CPUs {}, rseq mode {} (area registered by {})",
+      info["kernel"].value("release", "?"), info["kernel"].value("machine", "?"),
+      info["libc"].value("version", "?"), info["topology"].value("online_cpus", "?"),
+      info["rseq"].value("mode", "?"), info["rseq"].value("owner", "?"));
+}
+
 void print_info(const nlohmann::json& j) {
   const auto& r = j["rseq"];
   const auto& f = r["usable_fields"];

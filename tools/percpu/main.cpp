@@ -1,4 +1,5 @@
 // The percpu command: info, bench, stress, deny-rseq.
+#include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -204,6 +205,8 @@ int run(int argc, char** argv) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
   }
+  if (bench->parsed() && !bench->get_subcommands().empty())
+    fmt::print("percpu bench: on {}\n", percpu::cli::environment_line(percpu::cli::info_json()));
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
   if (ops->parsed()) return percpu::cli::bench_ops(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);

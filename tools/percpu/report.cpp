@@ -262,12 +262,8 @@ std::string markdown(const std::vector<suite_run>& runs, const std::vector<plot>
                      const nlohmann::json& info, const std::string& command, double seconds) {
   std::string md = "# percpu benchmark report\n\n";
   const std::time_t t = std::time(nullptr);
-  md += fmt::format(
-      "`{}`, {:%Y-%m-%d %H:%M} UTC, {} in all. Kernel {} ({}), online CPUs {}, rseq mode: {} "
-      "(area registered by {}).\n\n",
-      command, fmt::gmtime(t), clock_text(seconds), info["kernel"].value("release", "?"),
-      info["kernel"].value("machine", "?"), info["topology"].value("online_cpus", "?"),
-      info["rseq"].value("mode", "?"), info["rseq"].value("owner", "?"));
+  md += fmt::format("`{}`, {:%Y-%m-%d %H:%M} UTC, {} in all. On {}.\n\n", command, fmt::gmtime(t),
+                    clock_text(seconds), environment_line(info));
   md +=
       "Every comparison below was measured side by side in this run. Tables give medians; "
       "`~` marks a result whose repetitions varied by more than 20% (the machine was busy: read "
