@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Downloads Debian packages of another suite (bookworm, trixie, sid, ...) and architecture into a
+# folder, without installing them and without touching this machine's apt state: a sources file
+# and package lists of its own under the cache folder. The archive's URI comes from this
+# machine's apt sources (the first main archive they name), so no host name is written here.
+#
+# Usage: scripts/debian-fetch.sh CACHE SUITE ARCH PACKAGE...
+#   CACHE    a folder for the private apt state (CACHE/apt) and the .deb files (CACHE/debs)
+#   PACKAGE  a binary package name, or "kernel:FLAVOUR" (cloud-amd64, arm64, ...): the package
+#            that holds the suite's current kernel image (vmlinuz) of that flavour
+# Prints the path of each .deb, one a line, in the order asked. A package already in CACHE/debs
+# is not downloaded again; the lists are refreshed once a day.
+set -euo pipefail
+[ $# -ge 4 ] || { echo "usage: $0 CACHE SUITE ARCH PACKAGE..." >&2; exit 2; }
+cache=$1 suite=$2 arch=$3
+shift 3
+mkdir -p "$cache" && cache=$(cd "$cache" && pwd) # apt reads relative paths from /etc/apt
+
+# The archive URI: deb822 sources (URIs:) first, then the one-line format (deb URI suite ...).
+archive_uri() {
+  local f uri
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -e "$f" ] || continue
+    uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -e "$f" ] || continue
+    uri=$(awk '$1 == "deb" { u = ($2 ~ /^\[/) ? $3 : $2; if (u !~ /security/) { print u; exit } }' "$f")
+    [ -n "$uri" ] && { echo "$uri"; return; }
+  done
+  echo "debian-fetch: no Debian archive URI in this machine's apt sources" >&2
+  return 1
+}
+
+state=$cache/apt/$suite-$arch
+mkdir -p "$state/lists/partial" "$state/archives/partial" "$state/sources.list.d" "$cache/debs"
+uri=$(archive_uri)
+echo "deb [arch=$arch] $uri $suite main" > "$state/sources.list"
+apt_opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o "Dir::Etc::sourceparts=$state/sources.list.d"
+  -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state" -o "Dir::State::status=/dev/null"
+  -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch" -o "Debug::NoLocking=1"
+  -o "APT::Sandbox::User=root")
+if [ -z "$(find "$state/lists" -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
+  apt-get "${apt_opts[@]}" update >&2
+fi
+
+# The first dependency of package $1 whose name matches the extended regular expression $2.
+depends_on() {
+  apt-cache "${apt_opts[@]}" depends "$1" 2>/dev/null |
+    awk -v re="$2" '$1 ~ /Depends:$/ && $2 ~ re { print $2; exit }'
+}
+
+for want in "$@"; do
+  pkg=$want
+  if [[ $want == kernel:* ]]; then
+    # The flavour's metapackage depends on the versioned image package; since Linux 6.17
+    # Debian moved vmlinuz from that package into a linux-binary-* one it depends on.
+    flavour=${want#kernel:}
+    pkg=$(depends_on "linux-image-$flavour" "^linux-image-[0-9].*-$flavour\$")
+    [ -n "$pkg" ] || { echo "debian-fetch: no kernel of flavour $flavour in $suite/$arch" >&2; exit 1; }
+    binary=$(depends_on "$pkg" "^linux-binary-[0-9].*-$flavour\$")
+    [ -n "$binary" ] && pkg=$binary
+  fi
+  version=$(apt-cache "${apt_opts[@]}" show "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+  [ -n "$version" ] || { echo "debian-fetch: $pkg is not in $suite/$arch" >&2; exit 1; }
+  file=$cache/debs/${pkg}_${version//:/%3a}_$arch.deb
+  [ -e "$file" ] || file=$cache/debs/${pkg}_${version//:/%3a}_all.deb
+  if [ ! -e "$file" ]; then
+    (cd "$cache/debs" && apt-get "${apt_opts[@]}" download "$pkg=$version" >&2)
+    file=$(ls "$cache/debs/${pkg}_${version//:/%3a}_"*.deb | head -1)
+  fi
+  echo "$file"
+done
