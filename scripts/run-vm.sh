@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# x86-64 kernel matrix: boots a Debian kernel of a chosen suite under qemu-system-x86_64 (TCG
+# software emulation; no KVM needed) with a chosen CPU and NUMA layout, an initramfs holding this
+# machine's release and stress builds, and runs there: `percpu info` (checked against the
+# layout), the test suite with glibc's rseq area, with percpu's own, and in fallback mode (rseq
+# denied by seccomp), and the short stress with delay injection. The hot-plug layout also takes
+# a CPU offline (a hole in the numbering) and hot-adds one through qemu's monitor while the
+# stress runs. Results come back over the serial console.
+#
+# Usage: scripts/run-vm.sh [--suite bookworm|trixie|sid] [--layout numa|hotplug] [--full]
+#                          [--command 'CMD'] [--matrix]
+#   --suite    the Debian suite whose cloud-amd64 kernel boots (default: sid, the newest, for
+#              the numa layout; bookworm for the hotplug layout, see below)
+#   --layout   numa: 8 CPUs in 2 NUMA nodes (default); hotplug: 6 of 16 possible CPUs online in
+#              2 nodes, CPU 3 taken offline, a CPU hot-added during the stress, and a second
+#              stress pinned to it and CPU 0. Trixie's 6.12 and sid's 7.2 kernels do not count
+#              the absent CPUs of this machine's qemu (7.2) as possible (its ACPI table lacks
+#              the online-capable flag), so the hotplug layout needs bookworm's 6.1 here
+#   --full     every test (default: the short form, filters below)
+#   --command  runs CMD in the VM instead of the steps ($b, $s: the two build trees)
+#   --matrix   every suite with the numa layout, then bookworm with the hotplug layout, full form;
+#              prints a table of the results (by hand: hours under emulation)
+# Kernels come from Debian's archive through scripts/debian-fetch.sh (this machine's apt
+# sources, a private apt state), cached in build/vm/cache. Runs as root (apt-get, dpkg).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+suite= layout=numa full=0 command= matrix=0
+usage="usage: $0 [--suite SUITE] [--layout numa|hotplug] [--full] [--command 'CMD'] [--matrix]"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --suite) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
+    --layout) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; layout=$2; shift ;;
+    --full) full=1 ;;
+    --command) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; command=$2; shift ;;
+    --matrix) matrix=1 ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+  shift
+done
+case $layout in numa|hotplug) ;; *) echo "$usage" >&2; exit 2 ;; esac
+if [ -z "$suite" ]; then [ "$layout" = numa ] && suite=sid || suite=bookworm; fi
+
+if [ $matrix -eq 1 ]; then
+  rows=() status=0
+  for run in "bookworm numa" "trixie numa" "sid numa" "bookworm hotplug"; do
+    set -- $run
+    start=$SECONDS
+    if "$0" --suite "$1" --layout "$2" --full; then result=passed; else result=FAILED; status=1; fi
+    kernel=$(grep -ao 'PERCPU-VM: kernel [^,]*' "build/vm/$1-$2/console.log" | head -1 | cut -d' ' -f3)
+    rows+=("| $1 | ${kernel:-?} | $2 | $result | $(( (SECONDS - start) / 60 )) min |")
+  done
+  echo
+  echo "| suite | kernel | layout | result | time |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  exit $status
+fi
+
+# The short form leaves out what takes minutes each under emulation (as run-aarch64.sh): the
+# long concurrency, churn and preload tests, the breakpoint and single-step tests, the stress
+# under a one-CPU sysfs view, and `percpu bench ops`, whose timing means nothing here. The
+# percpu-area and fallback passes run the tests that depend on the mode.
+vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.*:IndexSpace.StressUnder*:Cli.BenchOps*'
+vm_negative=${vm_filter#-}
+mode_filter="UsableFields.*:GlibcAreaExtent.*:MachineTopology.*:Registration.*:GetcpuCache.*:Ops*:Aborts.*:FallbackSwitch.*:Sections.*:Counter*:Freelist*:Buffer*:MemcpyBuffer*:Spinlock*:Pool/*:IndexSpace.*-$vm_negative"
+[ $full -eq 1 ] && vm_filter='*' && mode_filter='*'
+
+# --- packages: qemu, cpio, busybox; the build trees ---
+if [ "$(id -u)" -eq 0 ]; then
+  scripts/install-deps.sh
+  need=()
+  for p in qemu-system-x86 cpio busybox-static socat; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
+  fi
+fi
+cmake --preset release >/dev/null
+cmake --build --preset release
+cmake --preset stress >/dev/null
+cmake --build --preset stress
+
+# --- the kernel: the suite's cloud-amd64 image, unpacked (not installed) ---
+cache=$root/build/vm/cache
+vm=$root/build/vm/$suite-$layout
+mkdir -p "$vm"
+deb=$(scripts/debian-fetch.sh "$cache" "$suite" amd64 kernel:cloud-amd64 | tail -1)
+rm -rf "$vm/kernel" && mkdir -p "$vm/kernel"
+dpkg-deb -x "$deb" "$vm/kernel"
+# boot/vmlinuz-VERSION up to Linux 6.16's packages, usr/lib/modules/VERSION/vmlinuz after.
+vmlinuz=$(find "$vm/kernel" -type f \( -name 'vmlinuz-*' -o -name vmlinuz \) | head -1)
+[ -n "$vmlinuz" ] || { echo "run-vm: no vmlinuz in $deb" >&2; exit 1; }
+
+# --- the initramfs: busybox, this machine's loader and the libraries the binaries need, the
+# build trees at their own paths (stripped) ---
+b=$root/build/release
+s=$root/build/stress
+stage=$vm/initramfs
+rm -rf "$stage" && mkdir -p "$stage"/{bin,proc,sys,dev,tmp}
+cp /bin/busybox "$stage/bin/"
+binaries=$(find "$b" "$s" -path '*/CMakeFiles' -prune -o -path '*/_deps' -prune -o -type f \
+  \( -perm -u+x -o -name '*.so*' \) -print | grep -v '\.sh$')
+for f in $binaries; do
+  mkdir -p "$stage$(dirname "$f")"
+  strip -o "$stage$f" "$f" 2>/dev/null || cp -P "$f" "$stage$f"
+done
+for f in $(find "$b" "$s" -maxdepth 1 -type l -name '*.so*'); do cp -P "$f" "$stage$f"; done
+# Every library the binaries load (ldd), and the loader, at their paths.
+for lib in $(for f in $binaries; do ldd "$f" 2>/dev/null; done | awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' | sort -u); do
+  mkdir -p "$stage$(dirname "$lib")"
+  cp -L "$lib" "$stage$lib"
+done
+mkdir -p "$stage/lib64" && cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib64/"
+
+cli=$b/tools/percpu/percpu
+if [ -n "$command" ]; then
+  steps="b=$b s=$s; $command
+echo \"PERCPU-VM: command exit \$?\""
+else
+  steps="
+$cli info
+PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
+echo \"PERCPU-VM: glibc-area tests exit \$?\"
+GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
+echo \"PERCPU-VM: percpu-area tests exit \$?\"
+PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
+echo \"PERCPU-VM: fallback tests exit \$?\"
+/bin/stress.sh $s/tools/percpu/percpu $layout
+echo \"PERCPU-VM: stress exit \$?\""
+fi
+
+# The stress. In the hot-plug layout it runs in the background: the init takes CPU 3 offline
+# first (a hole), says so on the console, the host hot-adds a CPU, and the init brings it online
+# and runs `percpu info` pinned to it while the stress goes on. --require-aborts fails a run
+# that saw no abort; on a loaded host an emulated run can end that way with nothing lost, and
+# only then the stress runs once more.
+cat > "$stage/bin/stress.sh" <<'STRESS'
+#!/bin/sh
+run() { "$1" stress --short --inject-loops 400 --require-aborts --timeout 900 > /tmp/stress.out 2>&1; }
+if [ "$2" = hotplug ]; then
+  before=$(ls -d /sys/devices/system/cpu/cpu[0-9]* | wc -l)
+  run "$1" & pid=$!
+  sleep 5
+  echo "PERCPU-VM: hot-add a CPU now"
+  for i in $(seq 1 120); do
+    [ "$(ls -d /sys/devices/system/cpu/cpu[0-9]* | wc -l)" -gt "$before" ] && break
+    sleep 1
+  done
+  new=""
+  for c in /sys/devices/system/cpu/cpu[0-9]*; do
+    [ -e "$c/online" ] && [ "$(cat "$c/online")" = 0 ] && [ "${c##*/cpu}" != 3 ] && new=${c##*/cpu}
+  done
+  if [ -n "$new" ] && echo 1 > "/sys/devices/system/cpu/cpu$new/online"; then
+    echo "PERCPU-VM: hot-added CPU $new online: $(cat /sys/devices/system/cpu/online)"
+    taskset -c "$new" "$1" info | grep -E "^(current|online|possible|index)"
+    # The new CPU's slots in use: the structures on it and on CPU 0 only, while the first
+    # stress still runs everywhere.
+    taskset -c "0,$new" "$1" stress --short --structure counter,freelist,pool --inject-loops 400 \
+      --timeout 900 > /tmp/stress-new.out 2>&1
+    new_rc=$?
+    cat /tmp/stress-new.out
+    echo "PERCPU-VM: stress on CPUs 0 and $new exit $new_rc"
+  else
+    echo "PERCPU-VM: no hot-added CPU appeared"
+  fi
+  wait $pid; rc=$?
+else
+  run "$1"; rc=$?
+fi
+cat /tmp/stress.out
+failed=$(grep -c "FAILED:" /tmp/stress.out)
+abortless=$(grep -c "FAILED: no critical section was aborted" /tmp/stress.out)
+if [ $rc -ne 0 ] && [ "$failed" -gt 0 ] && [ "$failed" -eq "$abortless" ]; then
+  echo "PERCPU-VM: only runs without an abort failed (nothing lost or duplicated): once more"
+  run "$1"; rc=$?
+  cat /tmp/stress.out
+fi
+exit $rc
+STRESS
+chmod +x "$stage/bin/stress.sh"
+offline=""
+[ "$layout" = hotplug ] && offline='echo 0 > /sys/devices/system/cpu/cpu3/online; echo "PERCPU-VM: CPU 3 offline: online $(cat /sys/devices/system/cpu/online)"'
+cat > "$stage/init" <<INIT
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+cd /tmp
+echo "PERCPU-VM: kernel \$(cat /proc/sys/kernel/osrelease), online CPUs \$(cat /sys/devices/system/cpu/online), possible \$(cat /sys/devices/system/cpu/possible)"
+$offline
+$steps
+poweroff -f
+INIT
+chmod +x "$stage/init"
+(cd "$stage" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$vm/initramfs.gz")
+
+# --- the machine: TCG on every host CPU, 4 GiB in two NUMA nodes ---
+nodes=(-object memory-backend-ram,id=m0,size=2G -object memory-backend-ram,id=m1,size=2G)
+append="console=ttyS0 quiet panic=-1"
+if [ "$layout" = numa ]; then
+  smp=(-smp 8,sockets=2,cores=4,threads=1)
+  nodes+=(-numa node,nodeid=0,cpus=0-3,memdev=m0 -numa node,nodeid=1,cpus=4-7,memdev=m1)
+else
+  # Four sockets of four CPUs, sockets 0 and 2 in node 0, 1 and 3 in node 1: the six present
+  # CPUs are socket 0's four (node 0) and two of socket 1 (node 1). possible_cpus=16 makes the
+  # absent ones possible (without it Linux 7.2 reported possible CPUs 0-5 here: qemu's ACPI table
+  # lists the absent CPUs as disabled, without the online-capable flag).
+  smp=(-smp 6,maxcpus=16,sockets=4,cores=4,threads=1)
+  nodes+=(-numa node,nodeid=0,memdev=m0 -numa node,nodeid=1,memdev=m1)
+  for socket in 0 1 2 3; do nodes+=(-numa "cpu,node-id=$((socket % 2)),socket-id=$socket"); done
+  append+=" possible_cpus=16"
+fi
+monitor=$vm/monitor.sock
+log=$vm/console.log
+rm -f "$monitor" "$log"
+echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$deb") ($suite, $layout)"
+timeout 5400 qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max "${smp[@]}" -m 4G \
+  "${nodes[@]}" -nographic -nic none -no-reboot -monitor "unix:$monitor,server=on,wait=off" \
+  -kernel "$vmlinuz" -initrd "$vm/initramfs.gz" -append "$append" \
+  > "$log" 2>&1 &
+qemu=$!
+tail -f "$log" --pid $qemu &
+if [ "$layout" = hotplug ]; then
+  # Socket 3, core 2: a CPU of node 1 that is not present yet.
+  while kill -0 $qemu 2>/dev/null && ! grep -q "PERCPU-VM: hot-add a CPU now" "$log"; do sleep 2; done
+  if grep -q "PERCPU-VM: hot-add a CPU now" "$log"; then
+    echo "device_add max-x86_64-cpu,id=hot1,socket-id=3,core-id=2,thread-id=0" |
+      socat - "UNIX-CONNECT:$monitor" > /dev/null || echo "run-vm: the monitor refused device_add"
+  fi
+fi
+wait $qemu || true
+sleep 1
+
+status=0
+if [ -n "$command" ]; then
+  grep -q "PERCPU-VM: command exit 0" "$log" || { echo "VM $suite/$layout: the command FAILED"; status=1; }
+else
+  for step in "glibc-area tests" "percpu-area tests" "fallback tests" "stress"; do
+    grep -q "PERCPU-VM: $step exit 0" "$log" || { echo "VM $suite/$layout: $step FAILED"; status=1; }
+  done
+  # percpu info: two nodes, possible CPUs (not online ones) sizing the index spaces.
+  if [ "$layout" = numa ]; then possible=0-7 space=8; else possible=0-15 space=16; fi
+  grep -qE "^NUMA nodes +0-1" "$log" || { echo "VM $suite/$layout: percpu info did not show nodes 0-1"; status=1; }
+  grep -qE "^possible CPUs +$possible " "$log" || { echo "VM $suite/$layout: percpu info did not show possible CPUs $possible"; status=1; }
+  if [ "$layout" = hotplug ] && grep -q "possible 0-5$" "$log"; then
+    echo "VM $suite/$layout: this kernel counts only the present CPUs as possible (see --layout)"
+  fi
+  grep -qE "^index spaces +cpu_id \[0, $space\)" "$log" || { echo "VM $suite/$layout: the index spaces are not sized by the possible CPUs"; status=1; }
+  if [ "$layout" = hotplug ]; then
+    grep -q "PERCPU-VM: hot-added CPU [0-9]* online" "$log" || { echo "VM $suite/$layout: no CPU was hot-added"; status=1; }
+    grep -q "PERCPU-VM: stress on CPUs 0 and [0-9]* exit 0" "$log" || { echo "VM $suite/$layout: the stress on the hot-added CPU FAILED"; status=1; }
+  fi
+fi
+[ $status -eq 0 ] && echo "VM $suite/$layout: all steps passed (log: $log)" || echo "VM $suite/$layout: a step FAILED (log: $log)"
+exit $status
