@@ -42,27 +42,30 @@ apt_opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o "Dir::Etc::sourcepart
   -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch" -o "Debug::NoLocking=1"
   -o "APT::Sandbox::User=root")
 if [ -z "$(find "$state/lists" -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-  apt-get "${apt_opts[@]}" update >&2
+  apt-get "${apt_opts[@]}" update >&2 || {
+    echo "debian-fetch: cannot read suite $suite ($arch) from $uri: a suite the archive lacks, or no network" >&2
+    exit 1
+  }
 fi
 
 # The first dependency of package $1 whose name matches the extended regular expression $2.
 depends_on() {
   apt-cache "${apt_opts[@]}" depends "$1" 2>/dev/null |
-    awk -v re="$2" '$1 ~ /Depends:$/ && $2 ~ re { print $2; exit }'
+    awk -v re="$2" '$1 ~ /Depends:$/ && $2 ~ re { print $2; exit }' || true
 }
 
 for want in "$@"; do
   pkg=$want
   if [[ $want == kernel:* ]]; then
-    # The flavour's metapackage depends on the versioned image package; since Linux 6.17
-    # Debian moved vmlinuz from that package into a linux-binary-* one it depends on.
+    # The flavour's metapackage depends on the versioned image package; in sid (Linux 7.2)
+    # vmlinuz is in a linux-binary-* package that one depends on.
     flavour=${want#kernel:}
     pkg=$(depends_on "linux-image-$flavour" "^linux-image-[0-9].*-$flavour\$")
     [ -n "$pkg" ] || { echo "debian-fetch: no kernel of flavour $flavour in $suite/$arch" >&2; exit 1; }
     binary=$(depends_on "$pkg" "^linux-binary-[0-9].*-$flavour\$")
     [ -n "$binary" ] && pkg=$binary
   fi
-  version=$(apt-cache "${apt_opts[@]}" show "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+  version=$(apt-cache "${apt_opts[@]}" show "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }' || true)
   [ -n "$version" ] || { echo "debian-fetch: $pkg is not in $suite/$arch" >&2; exit 1; }
   file=$cache/debs/${pkg}_${version//:/%3a}_$arch.deb
   [ -e "$file" ] || file=$cache/debs/${pkg}_${version//:/%3a}_all.deb
