@@ -5,19 +5,22 @@
 # injection, aborts required), then reads the results back from the serial console. Last, runs
 # the suite under qemu-aarch64 (user-mode emulation, no rseq system call: fallback mode).
 #
-# Usage: scripts/run-aarch64.sh [--full] [--vm-only|--user-only] [--vm-command 'CMD']
-# (default: the short form, the filters below, both passes; --full runs every test, which takes
-# much longer under emulation; --vm-command runs CMD in the VM instead of the steps, for
-# investigations: $b and $s name the two build trees there, and the VM pass then reports only
-# whether CMD exited 0). Runs as root (apt-get, dpkg).
+# Usage: scripts/run-aarch64.sh [--suite SUITE] [--full] [--vm-only|--user-only] [--vm-command 'CMD']
+# (default: bookworm's kernel (6.1: rseq without node_id and mm_cid), the short form, the filters
+# below, both passes; --suite boots another Debian suite's arm64 kernel, sid for the newest,
+# fetched by scripts/debian-fetch.sh; --full runs every test, which takes much longer under
+# emulation; --vm-command runs CMD in the VM instead of the steps, for investigations: $b and $s
+# name the two build trees there, and the VM pass then reports only whether CMD exited 0). Runs
+# as root (apt-get, dpkg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-full=0 vm_pass=1 user_pass=1 vm_command=
-usage="usage: $0 [--full] [--vm-only|--user-only] [--vm-command 'CMD']"
+suite=bookworm full=0 vm_pass=1 user_pass=1 vm_command=
+usage="usage: $0 [--suite SUITE] [--full] [--vm-only|--user-only] [--vm-command 'CMD']"
 while [ $# -gt 0 ]; do
   case $1 in
+    --suite) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     --full) full=1 ;;
     --vm-only) user_pass=0 ;;
     --user-only) vm_pass=0 ;;
@@ -66,18 +69,18 @@ cmake --build --preset aarch64
 cmake --preset aarch64-stress >/dev/null
 cmake --build --preset aarch64-stress
 
-# --- Debian's arm64 kernel and busybox, unpacked from their packages (not installed) ---
+# --- Debian's arm64 kernel of the suite and busybox, unpacked from their packages (not
+# installed), through a private apt state (scripts/debian-fetch.sh) ---
 vm=$root/build/aarch64-vm
-mkdir -p "$vm/debs"
-kernel_pkg=$(apt-cache depends linux-image-arm64:arm64 | awk '/Depends: linux-image-/{print $2; exit}')
-kernel_pkg=${kernel_pkg%:arm64}
-(cd "$vm/debs" && { ls ${kernel_pkg}_*.deb >/dev/null 2>&1 || apt-get download "$kernel_pkg:arm64"; } &&
-  { ls busybox-static_*.deb >/dev/null 2>&1 || apt-get download busybox-static:arm64; }) 2>&1 |
-  grep -v "unsandboxed" || true
+mkdir -p "$vm"
+kernel_deb=$(scripts/debian-fetch.sh "$vm/cache" "$suite" arm64 kernel:arm64 | tail -1)
+busybox_deb=$(scripts/debian-fetch.sh "$vm/cache" bookworm arm64 busybox-static | tail -1)
 rm -rf "$vm/kernel" "$vm/busybox" && mkdir -p "$vm/kernel" "$vm/busybox"
-dpkg-deb -x "$vm"/debs/${kernel_pkg}_*.deb "$vm/kernel"
-dpkg-deb -x "$vm"/debs/busybox-static_*.deb "$vm/busybox"
-vmlinuz=$(ls "$vm"/kernel/boot/vmlinuz-*)
+dpkg-deb -x "$kernel_deb" "$vm/kernel"
+dpkg-deb -x "$busybox_deb" "$vm/busybox"
+# boot/vmlinuz-VERSION in bookworm's and trixie's packages, usr/lib/modules/VERSION/vmlinuz in sid's.
+vmlinuz=$(find "$vm/kernel" -type f \( -name 'vmlinuz-*' -o -name vmlinuz \) | head -1)
+[ -n "$vmlinuz" ] || { echo "run-aarch64: no vmlinuz in $kernel_deb" >&2; exit 1; }
 
 # --- the initramfs: busybox, the arm64 loader and libraries, the build trees at their paths ---
 stage=$vm/initramfs
@@ -145,7 +148,7 @@ poweroff -f
 INIT
 chmod +x "$stage/init"
 (cd "$stage" && find . | cpio -o -H newc 2>/dev/null | gzip -1 > "$vm/initramfs.gz")
-echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$vmlinuz") under qemu-system-aarch64"
+echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$kernel_deb") under qemu-system-aarch64"
 
 status=0
 log=$vm/console.log
