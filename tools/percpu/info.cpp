@@ -3,11 +3,32 @@
 #include <gnu/libc-version.h>
 #include <sys/utsname.h>
 
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include <percpu/percpu.h>
 
 #include "commands.h"
 
 namespace percpu::cli {
+
+namespace {
+
+// The online CPUs of each NUMA node, as sysfs lists them (/sys/devices/system/node/nodeN/
+// cpulist), in node order: [{"node": 0, "cpus": "0-3"}, ...]. A node whose file is missing (a
+// kernel without NUMA) is left out.
+nlohmann::json node_cpus(const std::vector<int>& nodes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int node : nodes) {
+    std::ifstream in("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist");
+    std::string list;
+    if (in && std::getline(in, list)) out.push_back({{"node", node}, {"cpus", list}});
+  }
+  return out;
+}
+
+}  // namespace
 
 nlohmann::json info_json() {
   const registration_info reg = registration();
@@ -51,6 +72,7 @@ nlohmann::json info_json() {
                    {"online_cpus", format_cpu_list(topo.online_cpus)},
                    {"allowed_cpus", format_cpu_list(topo.allowed_cpus)},
                    {"nodes", format_cpu_list(topo.nodes)},
+                   {"node_cpus", node_cpus(topo.nodes)},
                    {"cpu_id_bound", topo.cpu_id_bound},
                    {"mm_cid_bound", topo.mm_cid_bound},
                    {"kernel_cpu_limit", topo.kernel_cpu_limit},
@@ -96,7 +118,12 @@ void print_info(const nlohmann::json& j) {
              t["possible_count"].get<size_t>(), t["possible_source"].get<std::string>());
   fmt::print("online CPUs       {}\n", t["online_cpus"].get<std::string>());
   fmt::print("allowed CPUs      {}\n", t["allowed_cpus"].get<std::string>());
-  fmt::print("NUMA nodes        {}\n", t["nodes"].get<std::string>());
+  std::string per_node;
+  for (const auto& n : t["node_cpus"])
+    per_node += fmt::format("{}node {}: CPUs {}", per_node.empty() ? " (" : "; ",
+                            n["node"].get<int>(), n["cpus"].get<std::string>());
+  if (!per_node.empty()) per_node += ")";
+  fmt::print("NUMA nodes        {}{}\n", t["nodes"].get<std::string>(), per_node);
   const int limit = t["kernel_cpu_limit"].get<int>();
   fmt::print(
       "kernel CPU limit  {}\n",
