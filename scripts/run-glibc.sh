@@ -29,10 +29,11 @@ while [ $# -gt 0 ]; do
 done
 
 scripts/install-deps.sh
+# The package first, so that a suite the archive lacks fails before the build.
+deb=$(scripts/debian-fetch.sh "$root/build/vm/cache" "$suite" amd64 libc6 | tail -1)
 cmake --preset release >/dev/null
 cmake --build --preset release
 
-deb=$(scripts/debian-fetch.sh "$root/build/vm/cache" "$suite" amd64 libc6 | tail -1)
 glibc=$root/build/glibc/$suite
 rm -rf "$glibc" && mkdir -p "$glibc"
 dpkg-deb -x "$deb" "$glibc"
