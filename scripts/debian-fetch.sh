@@ -14,9 +14,14 @@ set -euo pipefail
 [ $# -ge 4 ] || { echo "usage: $0 CACHE SUITE ARCH PACKAGE..." >&2; exit 2; }
 cache=$1 suite=$2 arch=$3
 shift 3
+# Names only: they become file names and apt/awk patterns below.
+for name in "$suite" "$arch" "$@"; do
+  [[ $name =~ ^(kernel:)?[a-z0-9][a-z0-9.+-]*$ ]] || { echo "debian-fetch: not a Debian name: '$name'" >&2; exit 2; }
+done
 mkdir -p "$cache" && cache=$(cd "$cache" && pwd) # apt reads relative paths from /etc/apt
 
-# The archive URI: deb822 sources (URIs:) first, then the one-line format (deb URI suite ...).
+# The archive URI: the first URI that is not a security archive, in the deb822 sources (URIs:)
+# first, then in the one-line format (deb URI suite ...).
 archive_uri() {
   local f uri
   for f in /etc/apt/sources.list.d/*.sources; do
@@ -34,6 +39,8 @@ archive_uri() {
 }
 
 state=$cache/apt/$suite-$arch
+new_state=0
+[ -d "$state" ] || new_state=1
 mkdir -p "$state/lists/partial" "$state/archives/partial" "$state/sources.list.d" "$cache/debs"
 uri=$(archive_uri)
 echo "deb [arch=$arch] $uri $suite main" > "$state/sources.list"
@@ -41,11 +48,23 @@ apt_opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o "Dir::Etc::sourcepart
   -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state" -o "Dir::State::status=/dev/null"
   -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch" -o "Debug::NoLocking=1"
   -o "APT::Sandbox::User=root")
-if [ -z "$(find "$state/lists" -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-  apt-get "${apt_opts[@]}" update >&2 || {
-    echo "debian-fetch: cannot read suite $suite ($arch) from $uri: a suite the archive lacks, or no network" >&2
+# Lists older than a day are refreshed; if that fails (no network), lists we have still serve
+# for the packages already in the cache.
+if [ -z "$(find "$state/lists" -name "*_binary-${arch}_Packages*" -mtime -1 2>/dev/null | head -1)" ]; then
+  if ! apt-get "${apt_opts[@]}" update >&2; then
+    if [ -n "$(find "$state/lists" -name "*_binary-${arch}_Packages*" 2>/dev/null | head -1)" ]; then
+      echo "debian-fetch: cannot refresh $suite ($arch) from $uri; using the lists we have" >&2
+    else
+      [ $new_state -eq 1 ] && rm -rf "$state"
+      echo "debian-fetch: cannot read suite $suite ($arch) from $uri: a suite the archive lacks, or no network" >&2
+      exit 1
+    fi
+  fi
+  if [ -z "$(find "$state/lists" -name "*_binary-${arch}_Packages*" 2>/dev/null | head -1)" ]; then
+    [ $new_state -eq 1 ] && rm -rf "$state"
+    echo "debian-fetch: the archive's $suite has no packages for architecture $arch" >&2
     exit 1
-  }
+  fi
 fi
 
 # The first dependency of package $1 whose name matches the extended regular expression $2.
@@ -70,8 +89,14 @@ for want in "$@"; do
   file=$cache/debs/${pkg}_${version//:/%3a}_$arch.deb
   [ -e "$file" ] || file=$cache/debs/${pkg}_${version//:/%3a}_all.deb
   if [ ! -e "$file" ]; then
-    (cd "$cache/debs" && apt-get "${apt_opts[@]}" download "$pkg=$version" >&2)
-    file=$(ls "$cache/debs/${pkg}_${version//:/%3a}_"*.deb | head -1)
+    # Into a folder of its own, then renamed: apt-get writes the final name as it downloads, and
+    # an interrupted download must not look cached.
+    partial=$(mktemp -d "$cache/debs/partial.XXXXXX")
+    (cd "$partial" && apt-get "${apt_opts[@]}" download "$pkg=$version" >&2) || { rm -rf "$partial"; exit 1; }
+    got=$(ls "$partial/${pkg}_${version//:/%3a}_"*.deb | head -1)
+    file=$cache/debs/$(basename "$got")
+    mv "$got" "$file"
+    rm -rf "$partial"
   fi
   echo "$file"
 done
