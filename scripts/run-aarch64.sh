@@ -20,7 +20,7 @@ suite=bookworm full=0 vm_pass=1 user_pass=1 vm_command=
 usage="usage: $0 [--suite SUITE] [--full] [--vm-only|--user-only] [--vm-command 'CMD']"
 while [ $# -gt 0 ]; do
   case $1 in
-    --suite) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
+    --suite) [ $# -ge 2 ] && [ -n "$2" ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     --full) full=1 ;;
     --vm-only) user_pass=0 ;;
     --user-only) vm_pass=0 ;;
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ $vm_pass -eq 1 ] || [ $user_pass -eq 1 ] || { echo "$0: --vm-only and --user-only exclude each other" >&2; exit 2; }
 # The VM's short form leaves out the long concurrency and malloc workload tests (minutes each
 # on the emulated kernel). User mode runs them (it is faster), but never what cannot run there:
 # tests that start an arm64 program from an emulated one (the command's tests, which run
@@ -63,18 +64,20 @@ if [ "$(id -u)" -eq 0 ]; then
   fi
 fi
 
+# Debian's arm64 kernel of the suite and busybox, downloaded (not installed) through a private
+# apt state (scripts/debian-fetch.sh); first, so that a suite the archive lacks fails before the
+# builds.
+vm=$root/build/aarch64-vm
+kernel_deb=$(scripts/debian-fetch.sh "$vm/cache" "$suite" arm64 kernel:arm64 | tail -1)
+busybox_deb=$(scripts/debian-fetch.sh "$vm/cache" bookworm arm64 busybox-static | tail -1)
+
 # One command a line: under set -e, a failure inside an && list would not stop the script.
 cmake --preset aarch64 >/dev/null
 cmake --build --preset aarch64
 cmake --preset aarch64-stress >/dev/null
 cmake --build --preset aarch64-stress
 
-# --- Debian's arm64 kernel of the suite and busybox, unpacked from their packages (not
-# installed), through a private apt state (scripts/debian-fetch.sh) ---
-vm=$root/build/aarch64-vm
-mkdir -p "$vm"
-kernel_deb=$(scripts/debian-fetch.sh "$vm/cache" "$suite" arm64 kernel:arm64 | tail -1)
-busybox_deb=$(scripts/debian-fetch.sh "$vm/cache" bookworm arm64 busybox-static | tail -1)
+# --- the kernel and busybox, unpacked ---
 rm -rf "$vm/kernel" "$vm/busybox" && mkdir -p "$vm/kernel" "$vm/busybox"
 dpkg-deb -x "$kernel_deb" "$vm/kernel"
 dpkg-deb -x "$busybox_deb" "$vm/busybox"
@@ -173,7 +176,7 @@ echo "=== qemu-aarch64 user-mode emulation: no rseq system call, fallback mode =
 # -L /: the multiarch arm64 runtime (libc6:arm64, whose ld.so matches its libc.so.6; see
 # cmake/aarch64-linux-gnu.cmake).
 info=$(PERCPU_EXPECT=fallback qemu-aarch64 -L / $b/tools/percpu/percpu info 2>&1) || true
-echo "$info" | grep -E "^mode|why"
+echo "$info" | grep -E "^mode|why" || true
 echo "$info" | grep -qE "^mode +fallback" && echo "$info" | grep -q "not implemented here (ENOSYS)" ||
   { echo "aarch64 user mode: percpu info did not report fallback mode and why"; status=1; }
 # The suite takes about 2 minutes here. qemu-user can hang in a fork() from a process whose other

@@ -22,7 +22,7 @@ suite=sid
 usage="usage: $0 [--suite SUITE]"
 while [ $# -gt 0 ]; do
   case $1 in
-    --suite) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
+    --suite) [ $# -ge 2 ] && [ -n "$2" ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
   shift

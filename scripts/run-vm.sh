@@ -29,7 +29,7 @@ suite= layout=numa full=0 command=
 usage="usage: $0 [--suite SUITE] [--layout numa|hotplug] [--full] [--command 'CMD']"
 while [ $# -gt 0 ]; do
   case $1 in
-    --suite) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
+    --suite) [ $# -ge 2 ] && [ -n "$2" ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     --layout) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; layout=$2; shift ;;
     --full) full=1 ;;
     --command) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; command=$2; shift ;;
@@ -66,7 +66,6 @@ fi
 # suite the archive lacks fails before the builds ---
 cache=$root/build/vm/cache
 vm=$root/build/vm/$suite-$layout
-mkdir -p "$vm"
 deb=$(scripts/debian-fetch.sh "$cache" "$suite" amd64 kernel:cloud-amd64 | tail -1)
 rm -rf "$vm/kernel" && mkdir -p "$vm/kernel"
 dpkg-deb -x "$deb" "$vm/kernel"
@@ -231,12 +230,14 @@ fi
 monitor=$vm/monitor.sock
 log=$vm/console.log
 rm -f "$monitor" "$log"
+touch "$log"  # before tail -f follows it
 echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$deb") ($suite, $layout)"
 timeout 5400 qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max "${smp[@]}" -m 4G \
   "${nodes[@]}" -nographic -nic none -no-reboot -monitor "unix:$monitor,server=on,wait=off" \
   -kernel "$vmlinuz" -initrd "$vm/initramfs.gz" -append "$append" \
   > "$log" 2>&1 &
 qemu=$!
+trap 'kill $qemu 2>/dev/null || true' EXIT  # an interrupted script leaves no VM running
 tail -f "$log" --pid $qemu &
 if [ "$layout" = hotplug ]; then
   # Socket 3, core 2: a CPU of node 1 that is not present yet.
@@ -263,7 +264,7 @@ else
   if [ "$layout" = numa ]; then per_node="node 0: CPUs 0-3; node 1: CPUs 4-7"; else per_node="node 0: CPUs 0-2; node 1: CPUs 4-5"; fi
   grep -qE "^NUMA nodes +0-1 \($per_node\)" "$log" || { echo "VM $suite/$layout: percpu info did not show nodes 0-1 ($per_node)"; status=1; }
   grep -qE "^possible CPUs +$possible " "$log" || { echo "VM $suite/$layout: percpu info did not show possible CPUs $possible"; status=1; }
-  if [ "$layout" = hotplug ] && grep -q "possible 0-5$" "$log"; then
+  if [ "$layout" = hotplug ] && grep -qaE "possible 0-5[[:space:]]*$" "$log"; then
     echo "VM $suite/$layout: this kernel counts only the present CPUs as possible (see --layout)"
   fi
   grep -qE "^index spaces +cpu_id \[0, $space\)" "$log" || { echo "VM $suite/$layout: the index spaces are not sized by the possible CPUs"; status=1; }
