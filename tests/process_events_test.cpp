@@ -41,10 +41,10 @@ void spin_in_user_code(int ms) {
 }
 
 // Makes the kernel look at the calling thread's rseq_cs in both ways it can: sleeping in system
-// calls (kernels before 6.19 check rseq_cs on every return to user space after a preemption),
-// then being preempted and migrated while it runs user code (since 6.19's rework the kernel
-// checks it only when it interrupted user code, since no critical section contains a system
-// call). A second thread competes for the CPU and moves this one between the allowed CPUs.
+// calls (older kernels check rseq_cs on every return to user space after a preemption), then
+// being preempted and migrated while it runs user code (the reworked rseq code of 6.19+ may
+// check it only when it interrupted user code, as no critical section contains a system call).
+// A second thread competes for the CPU and moves this one between the allowed CPUs.
 void be_preempted_often() {
   for (int i = 0; i < 50; ++i) {
     sched_yield();
