@@ -47,7 +47,8 @@ version=$(run "$cli" info --json | python3 -c 'import json,sys; print(json.load(
 echo "=== glibc $version ($(basename "$deb")), kernel $(uname -r) ==="
 run "$cli" info
 
-# glibc 2.41+ publishes the kernel's feature size in __rseq_size (2.40: 20; 2.35-2.39: 32).
+# glibc 2.41+ publishes the kernel's feature size in __rseq_size (2.40 and its backports, such
+# as Debian 12's 2.36: 20; 2.35-2.39 without the backport: 32).
 status=0
 feature=$(run "$cli" info --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["rseq"]; print(r["glibc_rseq_size"], r["at_rseq_feature_size"])')
 set -- $feature
