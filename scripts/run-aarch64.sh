@@ -64,11 +64,12 @@ if [ "$(id -u)" -eq 0 ]; then
   fi
 fi
 
-# Debian's arm64 kernel of the suite and busybox, downloaded (not installed) through a private
-# apt state (scripts/debian-fetch.sh); first, so that a suite the archive lacks fails before the
-# builds.
+# Debian's arm64 kernel of the suite (unpacked, not installed) and busybox (downloaded), through
+# a private apt state (scripts/debian-kernel.sh, debian-fetch.sh); first, so that a suite the
+# archive lacks fails before the builds.
 vm=$root/build/aarch64-vm
-kernel_deb=$(scripts/debian-fetch.sh "$vm/cache" "$suite" arm64 kernel:arm64 | tail -1)
+kernel=$(scripts/debian-kernel.sh "$vm/cache" "$suite" arm64 arm64 "$vm/kernel")
+kernel_deb=$(sed -n 1p <<< "$kernel") vmlinuz=$(sed -n 2p <<< "$kernel")
 busybox_deb=$(scripts/debian-fetch.sh "$vm/cache" bookworm arm64 busybox-static | tail -1)
 
 # One command a line: under set -e, a failure inside an && list would not stop the script.
@@ -77,13 +78,9 @@ cmake --build --preset aarch64
 cmake --preset aarch64-stress >/dev/null
 cmake --build --preset aarch64-stress
 
-# --- the kernel and busybox, unpacked ---
-rm -rf "$vm/kernel" "$vm/busybox" && mkdir -p "$vm/kernel" "$vm/busybox"
-dpkg-deb -x "$kernel_deb" "$vm/kernel"
+# --- busybox, unpacked ---
+rm -rf "$vm/busybox" && mkdir -p "$vm/busybox"
 dpkg-deb -x "$busybox_deb" "$vm/busybox"
-# boot/vmlinuz-VERSION in bookworm's and trixie's packages, usr/lib/modules/VERSION/vmlinuz in sid's.
-vmlinuz=$(find "$vm/kernel" -type f \( -name 'vmlinuz-*' -o -name vmlinuz \) | head -1)
-[ -n "$vmlinuz" ] || { echo "run-aarch64: no vmlinuz in $kernel_deb" >&2; exit 1; }
 
 # --- the initramfs: busybox, the arm64 loader and libraries, the build trees at their paths ---
 stage=$vm/initramfs

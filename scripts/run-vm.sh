@@ -66,12 +66,8 @@ fi
 # suite the archive lacks fails before the builds ---
 cache=$root/build/vm/cache
 vm=$root/build/vm/$suite-$layout
-deb=$(scripts/debian-fetch.sh "$cache" "$suite" amd64 kernel:cloud-amd64 | tail -1)
-rm -rf "$vm/kernel" && mkdir -p "$vm/kernel"
-dpkg-deb -x "$deb" "$vm/kernel"
-# boot/vmlinuz-VERSION in bookworm's and trixie's packages, usr/lib/modules/VERSION/vmlinuz in sid's.
-vmlinuz=$(find "$vm/kernel" -type f \( -name 'vmlinuz-*' -o -name vmlinuz \) | head -1)
-[ -n "$vmlinuz" ] || { echo "run-vm: no vmlinuz in $deb" >&2; exit 1; }
+kernel=$(scripts/debian-kernel.sh "$cache" "$suite" amd64 cloud-amd64 "$vm/kernel")
+deb=$(sed -n 1p <<< "$kernel") vmlinuz=$(sed -n 2p <<< "$kernel")
 
 # --- the build trees ---
 cmake --preset release >/dev/null
@@ -93,12 +89,12 @@ for f in $binaries; do
   strip -o "$stage$f" "$f" 2>/dev/null || cp -P "$f" "$stage$f"
 done
 for f in $(find "$b" "$s" -maxdepth 1 -type l -name '*.so*'); do cp -P "$f" "$stage$f"; done
-# Every library the binaries load (ldd), and the loader, at their paths.
+# Every library the binaries load (ldd), and the loader (/lib64/ld-linux-x86-64.so.2), at their
+# paths.
 for lib in $(for f in $binaries; do ldd "$f" 2>/dev/null; done | awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' | sort -u); do
   mkdir -p "$stage$(dirname "$lib")"
   cp -L "$lib" "$stage$lib"
 done
-mkdir -p "$stage/lib64" && cp -L /lib64/ld-linux-x86-64.so.2 "$stage/lib64/"
 
 cli=$b/tools/percpu/percpu
 if [ -n "$command" ]; then
