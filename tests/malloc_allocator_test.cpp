@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "child.h"
+#include "pin.h"
 
 namespace {
 
@@ -44,6 +45,11 @@ TEST(MallocAllocator, EverySizeIsAlignedUsableAndWritable) {
 }
 
 TEST(MallocAllocator, LiveObjectsAreDistinctAndFreedOnesReused) {
+  // Frees go to the cache of the CPU the thread runs on; a migration between the frees and the
+  // allocations (frequent under qemu TCG) would serve them from another CPU's cache, so the
+  // thread stays on one CPU.
+  percpu::test::pinned on_one_cpu(sched_getcpu());
+  ASSERT_TRUE(on_one_cpu.ok());
   std::vector<void*> live;
   std::set<void*> seen;
   for (int i = 0; i < 5000; ++i) {
