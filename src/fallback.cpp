@@ -137,6 +137,34 @@ status fallback_compare_push(std::intptr_t* v, std::intptr_t* v2, std::intptr_t 
   }
 }
 
+// The array stack's count is committed with a compare-and-swap, like every fallback commit:
+// a remote operation's close (a compare-and-swap of the count, which takes no stripe) makes the
+// commit fail, and the next round sees the closed count.
+status fallback_array_push(std::intptr_t* count, std::uintptr_t limit, std::intptr_t* base,
+                           std::intptr_t value) noexcept {
+  stripe_guard guard(count);
+  for (;;) {
+    const std::intptr_t n = load(count);
+    if (static_cast<std::uintptr_t>(n) >= limit) return status::compare_failed;
+    __atomic_store_n(&base[n], value, __ATOMIC_RELAXED);
+    if (commit(count, n, n + 1)) return status::committed;
+  }
+}
+
+status fallback_array_pop(std::intptr_t* count, std::uintptr_t limit, std::intptr_t* base,
+                          std::intptr_t* out) noexcept {
+  stripe_guard guard(count);
+  for (;;) {
+    const std::intptr_t n = load(count);
+    if (static_cast<std::uintptr_t>(n) - 1 >= limit) return status::compare_failed;
+    const std::intptr_t top = __atomic_load_n(&base[n - 1], __ATOMIC_RELAXED);
+    if (commit(count, n, n - 1)) {
+      *out = top;
+      return status::committed;
+    }
+  }
+}
+
 status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect, std::intptr_t* v2,
                                     std::intptr_t newv2, std::intptr_t newv) noexcept {
   stripe_guard guard(v);

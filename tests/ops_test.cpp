@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <percpu/percpu.h>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "modes.h"
 #include "pin.h"
@@ -189,6 +191,63 @@ TYPED_TEST(Ops, ComparePushLinksToTheHeadAndRespectsTheGate) {
   EXPECT_EQ(push(&lists[index][1]), status::committed);
   EXPECT_EQ(heads[index].value, reinterpret_cast<std::intptr_t>(&lists[index][1]));
   EXPECT_EQ(lists[index][1].next, &lists[index][0]);
+}
+
+// array_push stores above the count and raises it until the limit; array_pop takes the top
+// back, stops at 0, and both refuse a count at or above their limit (a closed count).
+TYPED_TEST(Ops, ArrayPushAndPopKeepTheCountAndStopAtTheLimit) {
+  constexpr index_mode M = TypeParam::value;
+  constexpr std::uintptr_t kLimit = 3;
+  constexpr std::uintptr_t kPopLimit = std::uintptr_t{1} << 40;
+  std::vector<std::array<std::intptr_t, 1 + kLimit + 1>> stacks(
+      static_cast<std::size_t>(percpu::machine_topology().cpu_id_bound));
+  for (auto& st : stacks) st.fill(-1);
+  for (auto& st : stacks) st[0] = 0;
+  percpu::test::pinned pin(percpu::machine_topology().allowed_cpus.front());
+  ASSERT_TRUE(pin.ok());
+  int used = -1;
+  auto push = [&](std::intptr_t value) {
+    return percpu::retry<M>([&](int index) {
+      used = index;
+      return percpu::array_push<M>(&stacks[index][0], kLimit, &stacks[index][1], value, index);
+    });
+  };
+  std::intptr_t out = 0;
+  auto pop = [&] {
+    return percpu::retry<M>([&](int index) {
+      used = index;
+      return percpu::array_pop<M>(&stacks[index][0], kPopLimit, &stacks[index][1], &out, index);
+    });
+  };
+  EXPECT_EQ(pop(), status::compare_failed);  // empty
+  for (std::intptr_t v = 10; v < 13; ++v) EXPECT_EQ(push(v), status::committed);
+  auto& st = stacks[static_cast<std::size_t>(used)];
+  EXPECT_EQ(st[0], 3);
+  EXPECT_EQ(push(13), status::compare_failed);  // full: nothing stored above the count
+  EXPECT_EQ(st[4], -1);
+  EXPECT_EQ(st[0], 3);
+  EXPECT_EQ(pop(), status::committed);
+  EXPECT_EQ(out, 12);
+  EXPECT_EQ(st[0], 2);
+  const std::intptr_t closed = std::intptr_t{1} << 41 | 2;  // above both limits
+  st[0] = closed;
+  out = 0;
+  EXPECT_EQ(pop(), status::compare_failed);
+  EXPECT_EQ(push(14), status::compare_failed);
+  EXPECT_EQ(st[0], closed);
+  EXPECT_EQ(out, 0);
+  st[0] = 2;
+  EXPECT_EQ(pop(), status::committed);
+  EXPECT_EQ(out, 11);
+  EXPECT_EQ(pop(), status::committed);
+  EXPECT_EQ(out, 10);
+  EXPECT_EQ(pop(), status::compare_failed);
+  EXPECT_EQ(st[0], 0);
+  if (percpu::rseq_active()) {  // a wrong index changes nothing
+    const int wrong = percpu::machine_topology().cpu_id_bound + 7;
+    EXPECT_EQ(percpu::array_push<M>(&st[0], kLimit, &st[1], 5, wrong), status::index_changed);
+    EXPECT_EQ(st[0], 0);
+  }
 }
 
 TYPED_TEST(Ops, CompareStoreStorePublishesBoth) {

@@ -1,5 +1,6 @@
 // A bounded per-CPU buffer of pointers: a per-CPU stack of fixed capacity, pushed with a
-// try-store then a count store, popped with a compare of count and slot.
+// section that reads the count, stores the entry above it and commits the raised count; popped by
+// one that reads count and top entry and commits the lowered count.
 #pragma once
 
 #include "percpu/config.h"  // first: the C++20 check
@@ -20,40 +21,39 @@ namespace percpu {
 
 namespace detail {
 
-/// Pushes `value` onto the per-index stack whose words are at `words(index)` (word 0 the count,
-/// words 1..capacity the entries) for the calling thread's current index, in one critical
-/// section: the entry above the count is stored first (nobody reads it yet), then the count,
-/// which commits. Returns false, storing nothing, when that stack is full; waits while a remote
-/// drain has the count closed. Async-signal-safe.
+/// The slow path of stack_push(): pushes `value` with full retries (and the fallback), after
+/// the fast attempt `fast` did not commit. Returns false when the stack is full; waits while a
+/// remote drain has the count closed.
 template <index_mode M, class Words>
 [[gnu::noinline, gnu::cold]] bool stack_push_cold(Words words, std::size_t capacity,
                                                   std::intptr_t value, status fast) noexcept {
   count_fast_attempt(fast);
   for (;;) {
-    bool full = false, closed = false;
+    std::intptr_t* r = nullptr;
     const status s = retry<M>([&](int index) {
-      std::intptr_t* r = words(index);
-      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-      closed = (n & kCountClosed) != 0;
-      // At or above: a caller may lower the capacity of a stack that holds more (percpu
-      // malloc's adaptive capacities).
-      full = !closed && n >= static_cast<std::intptr_t>(capacity);
-      if (closed || full) return status::compare_failed;
-      return compare_store_store<M, commit_order::release>(&r[0], n, &r[1 + n], value, n + 1,
-                                                           index);
+      r = words(index);
+      return array_push<M>(&r[0], capacity, &r[1], value, index);
     });
     if (s == status::committed) return true;
-    if (full) return false;
-    if (closed) wait_for_remote();
+    // Full or closed when the section ran; a count that is neither now has changed since (a
+    // pop, a reopen): try again.
+    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+    if ((n & kCountClosed) != 0) {
+      wait_for_remote();
+    } else if (n >= static_cast<std::intptr_t>(capacity)) {
+      return false;
+    }
   }
 }
 
 /// Pushes `value` onto the per-index stack whose words are at `words(index)` (word 0 the count,
 /// words 1..capacity the entries) for the calling thread's current index, in one critical
-/// section: the entry above the count is stored first (nobody reads it yet), then the count,
-/// which commits. Returns false, storing nothing, when that stack is full; waits while a remote
-/// drain has the count closed. Async-signal-safe. `words` is copied to the slow path: capture
-/// by value.
+/// section (arch::array_push): the count is read inside it, the entry above the count is stored
+/// (nobody reads it yet), then the count, which commits. Returns false, storing nothing, when
+/// that stack is full (a count at or above `capacity`: a caller may lower the capacity of a
+/// stack that holds more, as percpu malloc's adaptive capacities do); waits while a remote drain
+/// has the count closed. Async-signal-safe. `words` is copied to the slow path: capture by
+/// value.
 template <index_mode M, class Words>
 PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
                                      std::intptr_t value) noexcept {
@@ -61,13 +61,8 @@ PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
   status s = status::compare_failed;  // no attempt
   if (PERCPU_LIKELY(try_current_index<M>(index))) {
     std::intptr_t* r = words(index);
-    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-    // A closed count (kCountClosed set) is above every capacity too.
-    if (PERCPU_LIKELY(n < static_cast<std::intptr_t>(capacity))) {
-      s = compare_store_store<M, commit_order::release, rseq_only>(&r[0], n, &r[1 + n], value,
-                                                                   n + 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) return true;
-    }
+    s = array_push<M, rseq_only>(&r[0], capacity, &r[1], value, index);
+    if (PERCPU_LIKELY(s == status::committed)) return true;
   }
   return stack_push_cold<M>(words, capacity, value, s);
 }
@@ -79,46 +74,47 @@ struct stack_popped {
   bool ok;
 };
 
+/// Counts at which a pop finds entries: 1 to below kCountClosed (array_pop's limit applies to
+/// the count minus one; 0 and a closed count fail).
+inline constexpr std::uintptr_t kPopLimit = static_cast<std::uintptr_t>(kCountClosed) - 1;
+
+/// The slow path of stack_pop(), likewise: full retries after the fast attempt `fast`. Returns
+/// {entry, true}, or {0, false} when the stack is empty.
 template <index_mode M, class Words>
 [[gnu::noinline, gnu::cold]] stack_popped stack_pop_cold(Words words, status fast) noexcept {
   count_fast_attempt(fast);
   for (;;) {
-    bool empty = false, closed = false;
+    std::intptr_t* r = nullptr;
     std::intptr_t v = 0;
     const status s = retry<M>([&](int index) {
-      std::intptr_t* r = words(index);
-      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-      closed = (n & kCountClosed) != 0;
-      empty = n == 0;
-      if (closed || empty) return status::compare_failed;
-      v = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
-      return compare_compare_store<M>(&r[0], n, &r[n], v, n - 1, index);
+      r = words(index);
+      return array_pop<M>(&r[0], kPopLimit, &r[1], &v, index);
     });
     if (s == status::committed) return {v, true};
-    if (empty) return {0, false};
-    if (closed) wait_for_remote();
+    // Empty or closed when the section ran; neither now means it changed since: try again.
+    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+    if ((n & kCountClosed) != 0) {
+      wait_for_remote();
+    } else if (n == 0) {
+      return {0, false};
+    }
   }
 }
 
-/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`.
-/// Returns false when it is empty. The entry is compared as well as the count: a pop and a
-/// push of another value in between would leave the count as it was. Async-signal-safe.
+/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`, in one
+/// critical section (arch::array_pop) that reads the count and the entry and commits the lowered
+/// count. Returns false when it is empty. Async-signal-safe.
 template <index_mode M, class Words>
 PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
   int index;
   status s = status::compare_failed;  // no attempt
   if (PERCPU_LIKELY(try_current_index<M>(index))) {
     std::intptr_t* r = words(index);
-    const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-    // Empty (0) and closed (kCountClosed set) both fail this test.
-    if (PERCPU_LIKELY(static_cast<std::uintptr_t>(n - 1) <
-                      static_cast<std::uintptr_t>(kCountClosed - 1))) {
-      const std::intptr_t v = __atomic_load_n(&r[n], __ATOMIC_RELAXED);
-      s = compare_compare_store<M, rseq_only>(&r[0], n, &r[n], v, n - 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) {
-        out = v;
-        return true;
-      }
+    std::intptr_t v;
+    s = array_pop<M, rseq_only>(&r[0], kPopLimit, &r[1], &v, index);
+    if (PERCPU_LIKELY(s == status::committed)) {
+      out = v;
+      return true;
     }
   }
   const stack_popped p = stack_pop_cold<M>(words, s);

@@ -31,6 +31,10 @@ PERCPU_API status fallback_compare_pop(std::intptr_t* v, std::intptr_t expect, s
                                        std::intptr_t* out) noexcept;
 PERCPU_API status fallback_compare_push(std::intptr_t* v, std::intptr_t* v2, std::intptr_t expect2,
                                         std::ptrdiff_t offset, std::intptr_t item) noexcept;
+PERCPU_API status fallback_array_push(std::intptr_t* count, std::uintptr_t limit,
+                                      std::intptr_t* base, std::intptr_t value) noexcept;
+PERCPU_API status fallback_array_pop(std::intptr_t* count, std::uintptr_t limit,
+                                     std::intptr_t* base, std::intptr_t* out) noexcept;
 PERCPU_API status fallback_compare_store_store(std::intptr_t* v, std::intptr_t expect,
                                                std::intptr_t* v2, std::intptr_t newv2,
                                                std::intptr_t newv) noexcept;

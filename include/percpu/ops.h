@@ -195,6 +195,41 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t* v, std::i
       [=] { return detail::fallback_compare_push(v, v2, expect2, offset, item); });
 }
 
+/// array-stack push: if ((uintptr_t)*count < limit) { base[*count] = value; *count += 1 }.
+/// `count` is the stack's count word, `base` its entries, `limit` the count at which it is full
+/// (a count at or above it, such as one a remote operation has closed, fails the same test).
+/// The count is read inside the section, so no expected count is needed. The entry store may
+/// also happen in attempts that abort: nobody may read above the count until the commit
+/// publishes the entry (with release order on weakly ordered machines). Returns committed,
+/// compare_failed (*count >= limit: nothing stored), or aborted / index_changed (retry).
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status array_push(std::intptr_t* count, std::uintptr_t limit,
+                                                      std::intptr_t* base, std::intptr_t value,
+                                                      int index) noexcept {
+  return detail::dispatch<M, Policy>(
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::array_push<decltype(field)::value>(off, idx, count, limit, base, value, index);
+      },
+      [=] { return detail::fallback_array_push(count, limit, base, value); });
+}
+
+/// array-stack pop: if ((uintptr_t)(*count - 1) < limit) { *count -= 1; *out = base[*count] }.
+/// An empty stack (count 0) wraps above every limit, so `limit` need only exclude the counts
+/// that are not a number of entries (a closed count). Count and entry are read inside the
+/// section, so a pop and a push of another value in between cannot go unnoticed. Returns
+/// committed (*out = the top entry), compare_failed (empty or closed: nothing changed), or
+/// aborted / index_changed (retry).
+template <index_mode M, class Policy = detail::with_fallback>
+PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t* count, std::uintptr_t limit,
+                                                     std::intptr_t* base, std::intptr_t* out,
+                                                     int index) noexcept {
+  return detail::dispatch<M, Policy>(
+      [&](std::intptr_t off, std::intptr_t idx, auto field) PERCPU_LAMBDA_ALWAYS_INLINE {
+        return arch::array_pop<decltype(field)::value>(off, idx, count, limit, base, out, index);
+      },
+      [=] { return detail::fallback_array_pop(count, limit, base, out); });
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }. The store to v2 may
 /// also happen in attempts that abort, so v2 must be memory nobody reads before the commit
 /// publishes it (a free slot above a buffer's count, say). Returns committed, compare_failed,

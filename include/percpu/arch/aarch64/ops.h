@@ -192,6 +192,59 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
+/// array-stack push: if (*count < limit) { base[*count] = value; *count += 1 } (the
+/// store-release commit publishes the entry).
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status array_push(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
+                                       std::uintptr_t limit, std::intptr_t* base,
+                                       std::intptr_t value, int index) noexcept {
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[count]\n\t"
+           "cmp x11, %[limit]\n\t"
+           "b.hs %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "str %[value], [%[base], x11, lsl #3]\n\t"
+           "add x11, x11, #1\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr x11, %[count]\n\t"
+           PERCPU_A64_SECTION_TAIL
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [count] "Q"(*count), [limit] "r"(limit),
+             [base] "r"(base), [value] "r"(value)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
+/// array-stack pop: if (*count - 1 < limit) { *count -= 1; *out = base[*count] } (commit: the
+/// store-release of the lowered count, which orders the entry's load before it, so a push that
+/// sees the lowered count cannot overwrite the entry before it is read; *out is written after
+/// the section).
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
+                                      std::uintptr_t limit, std::intptr_t* base,
+                                      std::intptr_t* out, int index) noexcept {
+  asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
+           "ldr x11, %[count]\n\t"
+           "sub x11, x11, #1\n\t"
+           "cmp x11, %[limit]\n\t"
+           "b.hs %l[cmpfail]\n\t"
+           PERCPU_A64_INJECT(2)
+           "ldr x12, [%[base], x11, lsl #3]\n\t"
+           PERCPU_A64_INJECT(3)
+           "stlr x11, %[count]\n\t"
+           "2:\n\t"
+           "str x12, %[out]\n\t"
+           PERCPU_A64_ABORT_HANDLER("4") "b %l[aborted]\n\t"
+           ".popsection\n\t"
+           :
+           : PERCPU_A64_HEAD_OPERANDS(off, index), [count] "Q"(*count), [limit] "r"(limit),
+             [base] "r"(base), [out] "Q"(*out)
+           : PERCPU_A64_CLOBBERS
+           : aborted, moved, cmpfail);
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv } (the store-release
 /// commit publishes the try-store).
 template <std::uint32_t Field>

@@ -224,6 +224,73 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
 
+/// array-stack push: if (*count < limit) { base[*count] = value; *count += 1 }.
+/// The count is read inside the section, so no compare of an expected count is needed: nothing
+/// can change it before the commit without aborting the section. The entry store may happen in
+/// attempts that then abort; nobody reads above the count until the commit publishes it.
+///
+///   if (area->index != index || fallback) return index_changed
+///   n = *count
+///   if ((uintptr_t)n >= limit) return compare_failed   // full, or closed (a huge count)
+///   base[n] = value                                    // try-store (not yet published)
+///   *count = n + 1                                     // commit
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status array_push(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
+                                       std::uintptr_t limit, std::intptr_t* base,
+                                       std::intptr_t value, int index) noexcept {
+  std::intptr_t n;
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "movq (%[count]), %[n]\n\t"
+           "cmpq %[limit], %[n]\n\t"
+           "jae %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
+           "movq %[value], (%[base], %[n], 8)\n\t"
+           "addq $1, %[n]\n\t"
+           PERCPU_X86_INJECT(3)
+           "movq %[n], (%[count])\n\t"
+           PERCPU_X86_SECTION_TAIL
+           : [n] "=&r"(n)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [count] "r"(count), [limit] "r"(limit),
+             [base] "r"(base), [value] "r"(value)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
+/// array-stack pop: if (*count - 1 < limit) { *count -= 1; *out = base[*count] } (unsigned
+/// compare: an empty count, 0, wraps above every limit). Count and entry are read inside the
+/// section, so neither needs a compare with an expected value.
+///
+///   if (area->index != index || fallback) return index_changed
+///   n = *count - 1
+///   if ((uintptr_t)n >= limit) return compare_failed   // empty, or closed (a huge count)
+///   top = base[n]
+///   *count = n                                         // commit
+///   *out = top                                         // after the section (committed only)
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
+                                      std::uintptr_t limit, std::intptr_t* base,
+                                      std::intptr_t* out, int index) noexcept {
+  std::intptr_t n, top;
+  asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
+           "movq (%[count]), %[n]\n\t"
+           "subq $1, %[n]\n\t"
+           "cmpq %[limit], %[n]\n\t"
+           "jae %l[cmpfail]\n\t"
+           PERCPU_X86_INJECT(2)
+           "movq (%[base], %[n], 8), %[top]\n\t"
+           PERCPU_X86_INJECT(3)
+           "movq %[n], (%[count])\n\t"
+           PERCPU_X86_SECTION_TAIL
+           : [n] "=&r"(n), [top] "=&r"(top)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [count] "r"(count), [limit] "r"(limit),
+             [base] "r"(base)
+           : "rax", "memory", "cc"
+           : aborted, moved, cmpfail);
+  *out = top;
+  PERCPU_RETURN_STATUSES_WITH_CMPFAIL
+}
+
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }.
 /// The store to v2 may happen in attempts that then abort; only the store to v commits.
 ///
