@@ -63,6 +63,11 @@ PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
     std::intptr_t* r = words(index);
     s = array_push<M, rseq_only>(&r[0], capacity, &r[1], value, index);
     if (PERCPU_LIKELY(s == status::committed)) return true;
+    // Full (the common miss) answers here; a closed count goes to the slow path, which waits.
+    if (s == status::compare_failed) {
+      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
+      if ((n & kCountClosed) == 0 && n >= static_cast<std::intptr_t>(capacity)) return false;
+    }
   }
   return stack_push_cold<M>(words, capacity, value, s);
 }
@@ -116,6 +121,8 @@ PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept 
       out = v;
       return true;
     }
+    // Empty (the common miss) answers here; a closed count goes to the slow path.
+    if (s == status::compare_failed && __atomic_load_n(&r[0], __ATOMIC_RELAXED) == 0) return false;
   }
   const stack_popped p = stack_pop_cold<M>(words, s);
   if (p.ok) out = p.value;

@@ -12,6 +12,7 @@
 #include <array>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -107,13 +108,30 @@ struct percpu_side {
     objects->free(p);
   }
 
-  // Empties every index's list, then gives each kPrefill items (a run's threads may have left
-  // items on any index).
+  // Before each run: empties every index's list (a run's threads may have left items on any
+  // index) and returns every item to the spares. A freelist takes pushes only on the index the
+  // caller runs on, so each thread of the run pushes kPrefill spares onto its own list before
+  // its loop (list_loop()), and every list a thread uses starts with items, as the other
+  // contenders' lists do. (Refilling from this thread put every item on its own CPU's list: a
+  // thread on another CPU then found its list empty and measured misses.)
   static void refill_lists() {
     for (int i = 0; i < list->slots(); ++i) list->drain(i);
-    for (int i = 0; i < list->slots(); ++i)
-      for (int k = 0; k < kPrefill; ++k) list->push(&(*items)[i * kPrefill + k]);
+    std::lock_guard<std::mutex> hold(spare_lock);
+    spare.clear();
+    for (op_list_item& it : *items) spare.push_back(&it);
   }
+  static std::uint64_t list_loop(int thread, const std::atomic<bool>& stop) {
+    {
+      std::lock_guard<std::mutex> hold(spare_lock);
+      for (int k = 0; k < kPrefill && !spare.empty(); ++k) {
+        list->push(spare.back());
+        spare.pop_back();
+      }
+    }
+    return op_loop<pop_push>(thread, stop);
+  }
+  static inline std::vector<op_list_item*> spare;
+  static inline std::mutex spare_lock;
 
   static void build(int slots) {
     count = new counter<std::intptr_t, M>();
@@ -130,7 +148,7 @@ struct percpu_side {
     const op_who w = op_who::percpu;
     out.push_back({op_primitive::counter_add, M, w, op_loop<add_one>, {}});
     out.push_back({op_primitive::lock_unlock, M, w, op_loop<lock_unlock>, {}});
-    out.push_back({op_primitive::list_pop_push, M, w, op_loop<pop_push>, refill_lists});
+    out.push_back({op_primitive::list_pop_push, M, w, list_loop, refill_lists});
     out.push_back({op_primitive::buffer_push_pop, M, w, op_loop<buffer_push_pop>, {}});
     out.push_back(
         {op_primitive::memcpy16, M, w, op_loop<memcpy_push_pop<record16, &records16>>, {}});
