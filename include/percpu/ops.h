@@ -201,7 +201,9 @@ PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t* v, std::i
 /// The count is read inside the section, so no expected count is needed. The entry store may
 /// also happen in attempts that abort: nobody may read above the count until the commit
 /// publishes the entry (with release order on weakly ordered machines). Returns committed,
-/// compare_failed (*count >= limit: nothing stored), or aborted / index_changed (retry).
+/// compare_failed (*count >= limit: the count unchanged; in fallback mode the entry above the
+/// count may have been written by an attempt that a concurrent close defeated, which nobody
+/// reads), or aborted / index_changed (retry).
 template <index_mode M, class Policy = detail::with_fallback>
 PERCPU_ATTEMPT PERCPU_ALWAYS_INLINE status array_push(std::intptr_t* count, std::uintptr_t limit,
                                                       std::intptr_t* base, std::intptr_t value,

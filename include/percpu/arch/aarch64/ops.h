@@ -222,8 +222,8 @@ PERCPU_ALWAYS_INLINE status array_push(std::intptr_t off, std::intptr_t idx, std
 /// the section).
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
-                                      std::uintptr_t limit, std::intptr_t* base,
-                                      std::intptr_t* out, int index) noexcept {
+                                      std::uintptr_t limit, std::intptr_t* base, std::intptr_t* out,
+                                      int index) noexcept {
   asm volatile goto(PERCPU_A64_SECTION_HEAD(PERCPU_A64_CMPFAIL_EXIT)
            "ldr x11, %[count]\n\t"
            "sub x11, x11, #1\n\t"

@@ -58,12 +58,16 @@ namespace percpu::arch {
 // When the offset is a compile-time constant after inlining (the usual case: the offsetof of a
 // link member), it is the displacement of the access, as a hand-written sequence has it; an
 // access through base plus index register measured 15-20% slower on a pop+push (Sapphire
-// Rapids). Otherwise it is an index register. GCC folds __builtin_constant_p only when it
-// optimizes, so unoptimized builds always take the register form, whose "r" constraint any
-// value meets.
+// Rapids: a pointer chase through a base-only address is one cycle shorter on Intel cores).
+// Otherwise it is an index register. GCC folds __builtin_constant_p only when it optimizes, so
+// unoptimized builds always take the register form, whose "r" constraint any value meets.
+// One case escapes that test: a function marked __attribute__((optimize("O0"))) in an optimized
+// translation unit still sees __OPTIMIZE__ but does not fold, and GCC then rejects the constant
+// form ("impossible constraint in asm"). Define PERCPU_NO_LINK_DISPLACEMENT before including
+// percpu there (or use #pragma GCC optimize, which updates __OPTIMIZE__).
 #define PERCPU_X86_LINK_CONST(item) "%c[offset](%[" item "])"
 #define PERCPU_X86_LINK_REG(item) "(%[" item "], %[offset], 1)"
-#if defined(__OPTIMIZE__)
+#if defined(__OPTIMIZE__) && !defined(PERCPU_NO_LINK_DISPLACEMENT)
 #define PERCPU_X86_IS_CONSTANT(x) __builtin_constant_p(x)
 #else
 #define PERCPU_X86_IS_CONSTANT(x) false
@@ -109,8 +113,9 @@ PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, 
 }
 
 /// compare-compare-and-store: if (*v == expect && *v2 == expect2) *v = newv.
-/// (A buffer pop checks the slot it read as well as the count, so an intervening pop+push of
-/// another item cannot be mistaken for no change.)
+/// (A list's pop_all compares the head it read and the open gate; a pop that reads a value
+/// outside the section can compare it too, so that a pop and a push of another value in between
+/// cannot be mistaken for no change.)
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr_t idx,
                                                   std::intptr_t* v, std::intptr_t expect,
@@ -148,7 +153,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
-#define PERCPU_X86_POP(link, offset_constraint)                                        \
+#define PERCPU_X86_POP(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
            "movq (%[v]), %[head]\n\t"                                                  \
            "cmpq %[head], %[expect]\n\t"                                               \
@@ -192,7 +197,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
   // head and next are outputs (asm goto may have them since GCC 11 and Clang 11): the popped
   // item stays in a register for the caller instead of a store and a reload.
   std::intptr_t head, next;
-#define PERCPU_X86_COMPARE_POP(link, offset_constraint)                                \
+#define PERCPU_X86_COMPARE_POP(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
            "cmpq (%[v2]), %[expect2]\n\t"                                              \
            "jnz %l[cmpfail]\n\t"                                                       \
@@ -236,7 +241,7 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
                                          std::ptrdiff_t offset, std::intptr_t item,
                                          int index) noexcept {
   std::intptr_t head;
-#define PERCPU_X86_COMPARE_PUSH(link, offset_constraint)                               \
+#define PERCPU_X86_COMPARE_PUSH(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
            "cmpq (%[v2]), %[expect2]\n\t"                                              \
            "jnz %l[cmpfail]\n\t"                                                       \
@@ -305,8 +310,8 @@ PERCPU_ALWAYS_INLINE status array_push(std::intptr_t off, std::intptr_t idx, std
 ///   *out = top                                         // after the section (committed only)
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t off, std::intptr_t idx, std::intptr_t* count,
-                                      std::uintptr_t limit, std::intptr_t* base,
-                                      std::intptr_t* out, int index) noexcept {
+                                      std::uintptr_t limit, std::intptr_t* base, std::intptr_t* out,
+                                      int index) noexcept {
   std::intptr_t n, top;
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
            "movq (%[count]), %[n]\n\t"
