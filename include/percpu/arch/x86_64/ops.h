@@ -72,6 +72,14 @@ namespace percpu::arch {
 #else
 #define PERCPU_X86_IS_CONSTANT(x) false
 #endif
+/// Expands `section(link, offset_constraint)`, an asm statement that reaches a link through
+/// `link("reg")` with an operand [offset], in the form the function's `offset` allows.
+#define PERCPU_X86_WITH_LINK(section)    \
+  if (PERCPU_X86_IS_CONSTANT(offset)) {  \
+    section(PERCPU_X86_LINK_CONST, "i"); \
+  } else {                               \
+    section(PERCPU_X86_LINK_REG, "r");   \
+  }
 
 /// add: *v += count.
 ///
@@ -168,11 +176,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
              [offset] offset_constraint(offset)                                        \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
-  if (PERCPU_X86_IS_CONSTANT(offset)) {
-    PERCPU_X86_POP(PERCPU_X86_LINK_CONST, "i");
-  } else {
-    PERCPU_X86_POP(PERCPU_X86_LINK_REG, "r");
-  }
+  PERCPU_X86_WITH_LINK(PERCPU_X86_POP)
 #undef PERCPU_X86_POP
   *out = head;
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
@@ -214,11 +218,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
              [v2] "r"(v2), [expect2] "r"(expect2), [offset] offset_constraint(offset)  \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
-  if (PERCPU_X86_IS_CONSTANT(offset)) {
-    PERCPU_X86_COMPARE_POP(PERCPU_X86_LINK_CONST, "i");
-  } else {
-    PERCPU_X86_COMPARE_POP(PERCPU_X86_LINK_REG, "r");
-  }
+  PERCPU_X86_WITH_LINK(PERCPU_X86_COMPARE_POP)
 #undef PERCPU_X86_COMPARE_POP
   *out = head;
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
@@ -256,11 +256,7 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
              [expect2] "r"(expect2), [offset] offset_constraint(offset), [item] "r"(item) \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
-  if (PERCPU_X86_IS_CONSTANT(offset)) {
-    PERCPU_X86_COMPARE_PUSH(PERCPU_X86_LINK_CONST, "i");
-  } else {
-    PERCPU_X86_COMPARE_PUSH(PERCPU_X86_LINK_REG, "r");
-  }
+  PERCPU_X86_WITH_LINK(PERCPU_X86_COMPARE_PUSH)
 #undef PERCPU_X86_COMPARE_PUSH
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
 }
