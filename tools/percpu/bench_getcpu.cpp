@@ -129,17 +129,8 @@ std::vector<method> methods(bool rseq_area) {
 
 // Pins the thread to each allowed CPU in turn and checks that a method reports it.
 bool agrees_on_every_cpu(const std::function<int()>& read) {
-  cpu_set_t saved;
-  sched_getaffinity(0, sizeof(saved), &saved);
   bool ok = true;
-  for (int cpu : machine_topology().allowed_cpus) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (sched_setaffinity(0, sizeof(one), &one) != 0) continue;
-    ok = ok && read() == cpu;
-  }
-  sched_setaffinity(0, sizeof(saved), &saved);
+  on_each_allowed_cpu([&](int cpu) { ok = ok && read() == cpu; });
   return ok;
 }
 

@@ -110,10 +110,10 @@ struct percpu_side {
 
   // Before each run: empties every index's list (a run's threads may have left items on any
   // index) and returns every item to the spares. A freelist takes pushes only on the index the
-  // caller runs on, so in cpu_id mode this thread runs on each allowed CPU in turn and gives
-  // its list kPrefill spares; in mm_cid mode, which no affinity selects, each thread of the run
-  // pushes kPrefill spares onto its own list before its loop (list_loop()). Either way every
-  // list a thread uses starts with items, as the other contenders' lists do. (Refilling only
+  // caller runs on, so every list a thread uses is given kPrefill items, as the other
+  // contenders' lists are, in the way each mode allows: in cpu_id mode this thread runs on each
+  // allowed CPU in turn and fills its list; in mm_cid mode, which no affinity selects, each
+  // thread of the run fills its own list before its loop (list_loop()). (Filling every list
   // from this thread put every item on its own CPU's list: a thread on another CPU then found
   // its list empty and measured misses.)
   static void refill_lists() {
@@ -121,29 +121,19 @@ struct percpu_side {
     std::lock_guard<std::mutex> hold(spare_lock);
     spare.clear();
     for (op_list_item& it : *items) spare.push_back(&it);
-    if constexpr (M == index_mode::cpu_id) {
-      cpu_set_t saved;
-      if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
-      for (int cpu : machine_topology().allowed_cpus) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        if (sched_setaffinity(0, sizeof one, &one) != 0) continue;
-        for (int k = 0; k < kPrefill && !spare.empty(); ++k) {
-          list->push(spare.back());
-          spare.pop_back();
-        }
-      }
-      sched_setaffinity(0, sizeof saved, &saved);
+    if constexpr (M == index_mode::cpu_id) on_each_allowed_cpu([](int) { prime_own_list(); });
+  }
+  // Pushes up to kPrefill spares onto the calling thread's list; the caller holds spare_lock.
+  static void prime_own_list() {
+    for (int k = 0; k < kPrefill && !spare.empty(); ++k) {
+      list->push(spare.back());
+      spare.pop_back();
     }
   }
   static std::uint64_t list_loop(int thread, const std::atomic<bool>& stop) {
-    {
+    if constexpr (M == index_mode::mm_cid) {
       std::lock_guard<std::mutex> hold(spare_lock);
-      for (int k = 0; k < kPrefill && !spare.empty(); ++k) {
-        list->push(spare.back());
-        spare.pop_back();
-      }
+      prime_own_list();
     }
     return op_loop<pop_push>(thread, stop);
   }

@@ -1,5 +1,7 @@
 #include "bench_runner.h"
 
+#include <percpu/topology.h>
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -224,6 +226,22 @@ bool write_json(const std::string& path, const std::string& suite,
                             {"samples_ns", r.samples_ns}});
   }
   return write_text_file(path, j.dump(2) + "\n");
+}
+
+int on_each_allowed_cpu(const std::function<void(int cpu)>& fn) {
+  cpu_set_t saved;
+  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return 0;
+  int ran = 0;
+  for (int cpu : machine_topology().allowed_cpus) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) continue;
+    fn(cpu);
+    ++ran;
+  }
+  sched_setaffinity(0, sizeof saved, &saved);
+  return ran;
 }
 
 }  // namespace percpu::cli

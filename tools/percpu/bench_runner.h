@@ -43,6 +43,11 @@ struct bench_plan {
 /// The plan for `options` given the suite's defaults for a thorough and a quick run.
 bench_plan make_plan(const bench_options& options, bench_plan thorough, bench_plan quick);
 
+/// Runs `fn(cpu)` on each CPU of machine_topology().allowed_cpus in turn, the calling thread
+/// pinned to it, then restores the thread's affinity. Skips a CPU the kernel refuses (offline
+/// since startup, outside a changed cpuset); returns how many CPUs it ran on.
+int on_each_allowed_cpu(const std::function<void(int cpu)>& fn);
+
 /// True when suites should print their "\r[suite] step" progress lines to stderr: it is a
 /// terminal, or a parent asked for them with PERCPU_BENCH_PROGRESS (the report reads them).
 bool show_progress();
