@@ -59,7 +59,7 @@ PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
                                      std::intptr_t value) noexcept {
   int index;
   status s = status::compare_failed;  // no attempt
-  if (PERCPU_LIKELY(try_current_index<M>(index))) {
+  if (PERCPU_LIKELY(try_section_index<M>(index))) {
     std::intptr_t* r = words(index);
     s = array_push<M, rseq_only>(&r[0], capacity, &r[1], value, index);
     if (PERCPU_LIKELY(s == status::committed)) return true;
@@ -113,7 +113,7 @@ template <index_mode M, class Words>
 PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
   int index;
   status s = status::compare_failed;  // no attempt
-  if (PERCPU_LIKELY(try_current_index<M>(index))) {
+  if (PERCPU_LIKELY(try_section_index<M>(index))) {
     std::intptr_t* r = words(index);
     std::intptr_t v;
     s = array_pop<M, rseq_only>(&r[0], kPopLimit, &r[1], &v, index);

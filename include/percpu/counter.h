@@ -38,7 +38,7 @@ class counter {
     const auto delta = static_cast<std::intptr_t>(n);
     int index;
     status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
       s = percpu::add<M, detail::rseq_only>(&slots_[index], delta, index);
       if (PERCPU_LIKELY(s == status::committed)) return;
     }

@@ -59,7 +59,7 @@ class freelist {
     }
     int index;
     status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
       s = push_attempt<detail::rseq_only>(item, index);
       if (PERCPU_LIKELY(s == status::committed)) return;
     }
@@ -70,7 +70,7 @@ class freelist {
   PERCPU_ALWAYS_INLINE T* pop() noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
       std::intptr_t item;
       s = pop_attempt<detail::rseq_only>(item, index);
       if (PERCPU_LIKELY(s == status::committed)) return popped(item);

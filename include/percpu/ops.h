@@ -13,12 +13,14 @@
 // are naturally aligned and stay valid for the call.
 //
 // The shape of a fast path (retry() and every structure): read the index from the area, make one
-// attempt inlined into the caller (arm, compare the index, check the mode, do the work, commit),
-// and hand anything else (a failed read, an abort, a compare that failed, fallback mode) to an
-// out-of-line cold path that runs the full loop. The fast path thus makes no call and saves no
-// register. Its cost above a bare sequence is what keeps it safe: the index compared with the
-// index space (a CPU id sysfs did not announce) and the mode check inside the section (the
-// switch to fallback mode); in mm_cid mode also the check that the thread's area is registered.
+// attempt inlined into the caller (arm, compare the index with the area's and with the section
+// bound, do the work, commit), and hand anything else (a failed read, an abort, a compare that
+// failed, fallback mode) to an out-of-line cold path that runs the full loop. The fast path thus
+// makes no call and saves no register. Its cost above a bare sequence is what keeps it safe:
+// the test that percpu has an area offset, and the section bound compared inside the section
+// (g_hot.cpu_section_bound/mm_section_bound: the size of the index space in rseq mode, so a CPU
+// id sysfs did not announce touches no slot; 0 from the start of a switch to fallback mode, so
+// sections stop); in mm_cid mode also the check that the thread's area is registered.
 // No section disarms when it ends (the kernel clears rseq_cs lazily, as with librseq): code that
 // dlclose() unloads needs prepare_unload() (unload.h). Each operation takes a policy:
 // detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
@@ -70,14 +72,15 @@ template <class FallbackOp>
 ///
 /// with_fallback tests that percpu has an area offset first: a caller may pass any index before
 /// initialization. rseq_only does not: its callers are fast paths that read the index with
-/// detail::try_current_index() first, whose success implies the offset (cpu.h).
+/// detail::try_section_index() or try_current_index() first, whose success implies the offset
+/// (cpu.h).
 ///
-/// The section itself checks the mode (it must, for the switch to fallback mode) and reports a
-/// mode other than rseq as index_changed, so the mode is read here only after an attempt that
-/// did not complete. It is read after an abort too: under a debugger that single-steps or stops
-/// at a breakpoint inside the section, every attempt aborts before it reaches the section's own
-/// mode check, and once retry() has switched the process to fallback mode the operation must
-/// complete there.
+/// The section itself compares the index with the section bound, which is 0 outside rseq mode
+/// (it must, for the switch to fallback mode), and reports a failed compare as index_changed,
+/// so the mode is read here only after an attempt that did not complete. It is read after an
+/// abort too: under a debugger that single-steps or stops at a breakpoint inside the section,
+/// every attempt aborts before it reaches the bound compare, and once retry() has switched the
+/// process to fallback mode the operation must complete there.
 template <index_mode M, class Policy, class RseqOp, class FallbackOp>
 PERCPU_ALWAYS_INLINE status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op) noexcept {
   static_assert(std::is_same_v<Policy, with_fallback> || std::is_same_v<Policy, rseq_only>,

@@ -83,15 +83,18 @@ namespace detail {
 /// The state the inline fast paths read. One cache line, written only during initialization and
 /// by the one-way switch to fallback mode.
 struct alignas(64) hot_state {
-  /// Offset of the rseq area from the thread pointer; 0 until percpu is initialized.
+  /// Offset of the rseq area from the thread pointer; 0 until percpu is initialized. Written
+  /// once (never 0 afterwards: the area cannot lie at the thread pointer), so a nonzero value is
+  /// final whatever order a reader loaded it in.
   std::intptr_t rseq_offset;
   /// Offset from the thread pointer of the field mm_cid mode reads: the area's mm_cid, or its
   /// cpu_id where the kernel lacks mm_cid; 0 until percpu is initialized. Precomputed so that
-  /// mm_cid mode's fast paths and sections address the field without a branch.
+  /// mm_cid mode's fast paths and sections address the field without a branch. Written once,
+  /// like rseq_offset.
   std::intptr_t mm_cid_index_offset;
   /// kRseqMode, kSwitching (leaving rseq mode, fence in progress), kFallbackMode or
-  /// kUninitialized. Read inside every critical section, so that a fence can stop sections that
-  /// began before a switch.
+  /// kUninitialized. Read by the operations after an attempt that did not complete, to pick the
+  /// fallback; the sections themselves read the section bounds below.
   std::uint32_t fallback;
   /// Nonzero when node_id is usable.
   std::uint32_t node_usable;
@@ -105,8 +108,24 @@ struct alignas(64) hot_state {
   /// paths need no separate test of the offset.
   std::uint32_t cpu_id_bound;
   std::uint32_t mm_cid_bound;
+  /// The bounds every critical section compares its index with, in place of a mode check:
+  /// cpu_id_bound and mm_cid_bound while the process is in rseq mode, 0 before initialization,
+  /// in fallback mode, and from the start of a switch to it (which zeroes them before its
+  /// fence). A section whose index is at or beyond its bound leaves before any access, so the
+  /// one compare both keeps slots inside the index space and stops sections once a switch has
+  /// begun; structures' fast paths therefore read the index without a bound check of their own
+  /// (detail::try_section_index()).
+  std::uint32_t cpu_section_bound;
+  std::uint32_t mm_section_bound;
 };
 PERCPU_API extern hot_state g_hot;
+
+/// The section bound of the index field at `Field` (abi::kOffCpuId: cpu_id mode; 0: mm_cid
+/// mode's precomputed field), for the sections' bound compare.
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE std::uint32_t& section_bound() noexcept {
+  return Field == abi::kOffCpuId ? g_hot.cpu_section_bound : g_hot.mm_section_bound;
+}
 
 inline constexpr std::uint32_t kRseqMode = 0;
 inline constexpr std::uint32_t kSwitching = 1;

@@ -49,7 +49,7 @@ class spinlock {
   PERCPU_ALWAYS_INLINE int try_lock() noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
       s = compare_store<M, detail::rseq_only>(&locks_[index], 0, 1, index);
       if (PERCPU_LIKELY(s == status::committed)) {
         acquired();
@@ -113,7 +113,7 @@ class spinlock {
   PERCPU_ALWAYS_INLINE held_lock acquire() noexcept {
     int index;
     status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
+    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
       std::intptr_t* word = &locks_[index];
       s = compare_store<M, detail::rseq_only>(word, 0, 1, index);
       if (PERCPU_LIKELY(s == status::committed)) {

@@ -23,7 +23,8 @@
 namespace percpu::arch {
 
 // Shared head: descriptor, early exit to `moved`, area address (x10, from the thread pointer in
-// x13), arming store, index check and mode check. %[off] is the area's offset from the thread
+// x13), arming store, index check and section-bound check (g_hot: the index space's size in
+// rseq mode, 0 outside it). %[off] is the area's offset from the thread
 // pointer, %[idxf] the index field's (idx + Field, see the x86-64 sections).
 #define PERCPU_A64_SECTION_HEAD(more_exit_points) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
@@ -34,8 +35,9 @@ namespace percpu::arch {
   "ldr w9, [x13, %[idxf]]\n\t"                                   \
   "cmp w9, %w[index]\n\t"                                        \
   "b.ne %l[moved]\n\t"                                           \
-  "ldr w9, %[mode]\n\t"                                          \
-  "cbnz w9, %l[moved]\n\t" PERCPU_A64_INJECT(1)
+  "ldr w9, %[bound]\n\t"                                         \
+  "cmp %w[index], w9\n\t"                                         \
+  "b.hs %l[moved]\n\t" PERCPU_A64_INJECT(1)
 
 #define PERCPU_A64_CMPFAIL_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[cmpfail]")
 
@@ -46,7 +48,7 @@ namespace percpu::arch {
 
 #define PERCPU_A64_HEAD_OPERANDS(off, index)                   \
   [off] "r"(off), [idxf] "r"(idx + Field), [index] "r"(index), \
-      [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
+      [bound] "Q"(::percpu::detail::section_bound<Field>())PERCPU_A64_INJECT_OPERAND
 
 #define PERCPU_A64_CLOBBERS "x9", "x10", "x11", "x12", "x13", "x14", "memory", "cc"
 

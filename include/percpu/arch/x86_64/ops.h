@@ -31,8 +31,10 @@
 namespace percpu::arch {
 
 // Shared head of every section: descriptor, early exit to `moved`, arming store, index check and
-// mode check; `more_exit_points` lists further early exits. %[off] is the area's offset from the
-// thread pointer, %[idx] + Field the index field's.
+// section-bound check (g_hot: the index space's size in rseq mode, 0 outside it, so the one
+// unsigned compare keeps slots inside the index space and stops sections once a switch to
+// fallback mode has begun); `more_exit_points` lists further early exits. %[off] is the area's
+// offset from the thread pointer, %[idx] + Field the index field's.
 #define PERCPU_X86_SECTION_HEAD(more_exit_points) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \
@@ -40,8 +42,8 @@ namespace percpu::arch {
   "1:\n\t"                                                                    \
   "cmpl %[index], %%fs:%c[field](%[idx])\n\t"                                 \
   "jnz %l[moved]\n\t"                                                         \
-  "cmpl $0, %[mode]\n\t"                                                      \
-  "jnz %l[moved]\n\t" PERCPU_X86_INJECT(1)
+  "cmpl %[bound], %[index]\n\t"                                               \
+  "jae %l[moved]\n\t" PERCPU_X86_INJECT(1)
 
 #define PERCPU_X86_CMPFAIL_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[cmpfail]")
 
@@ -52,7 +54,7 @@ namespace percpu::arch {
 
 #define PERCPU_X86_HEAD_OPERANDS(off, index)                              \
   [off] "r"(off), [idx] "r"(idx), [index] "r"(index), [field] "i"(Field), \
-      [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
+      [bound] "m"(::percpu::detail::section_bound<Field>())PERCPU_X86_INJECT_OPERAND
 
 // A list item's next pointer, `offset` bytes from the item whose address is in operand `item`.
 // When the offset is a compile-time constant after inlining (the usual case: the offsetof of a
