@@ -61,7 +61,7 @@ std::error_code try_fence_index(index_mode mode, int index) {
     throw std::out_of_range("percpu::fence_index: index " + std::to_string(index) +
                             " outside [0, " + std::to_string(space) + ")");
   // Skip only once fallback mode is complete. While a switch is in progress, sections that
-  // passed their mode check may still commit: they must be fenced like any other.
+  // passed their section-bound check may still commit: they must be fenced like any other.
   detail::initialize();
   if (__atomic_load_n(&detail::g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kFallbackMode)
     return {};

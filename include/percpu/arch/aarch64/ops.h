@@ -24,8 +24,8 @@ namespace percpu::arch {
 
 // Shared head: descriptor, early exit to `moved`, area address (x10, from the thread pointer in
 // x13), arming store, index check and section-bound check (g_hot: the index space's size in
-// rseq mode, 0 outside it). %[off] is the area's offset from the thread
-// pointer, %[idxf] the index field's (idx + Field, see the x86-64 sections).
+// rseq mode, 0 outside it). %[off] is the area's offset from the thread pointer, %[idxf] the
+// index field's (idx + Field, see the x86-64 sections).
 #define PERCPU_A64_SECTION_HEAD(more_exit_points) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4")      \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[moved]")        \

@@ -13,7 +13,7 @@
 //  - each early exit listed in __rseq_exit_point_array.
 // aarch64 has no segment-relative addressing: each section first computes the area's address
 // (thread pointer TPIDR_EL0 + offset) into x10; x9 is the scratch register of the arming store,
-// the mode check and the delay injection. Both are clobbered by every section.
+// the section-bound check and the delay injection. Both are clobbered by every section.
 #pragma once
 
 #include "percpu/arch/rseq_tables.h"

@@ -85,7 +85,7 @@ namespace percpu::arch {
 
 /// add: *v += count.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   *v += count                              // commit (one read-modify-write instruction)
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intptr_t* v,
@@ -101,7 +101,7 @@ PERCPU_ALWAYS_INLINE status add(std::intptr_t off, std::intptr_t idx, std::intpt
 
 /// compare-and-store: if (*v == expect) *v = newv.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   if (*v != expect) return compare_failed
 ///   *v = newv                                // commit
 template <std::uint32_t Field>
@@ -109,14 +109,14 @@ PERCPU_ALWAYS_INLINE status compare_store(std::intptr_t off, std::intptr_t idx, 
                                           std::intptr_t expect, std::intptr_t newv,
                                           int index) noexcept {
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)
-           "cmpq (%[v]), %[expect]\n\t"
+           "cmpq %[expect], (%[v])\n\t"
            "jnz %l[cmpfail]\n\t"
            PERCPU_X86_INJECT(3)
            "movq %[newv], (%[v])\n\t"
            PERCPU_X86_SECTION_TAIL
            :
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),
-             [newv] "r"(newv)
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "er"(expect),
+             [newv] "er"(newv)
            : "rax", "memory", "cc"
            : aborted, moved, cmpfail);
   PERCPU_RETURN_STATUSES_WITH_CMPFAIL
@@ -150,7 +150,7 @@ PERCPU_ALWAYS_INLINE status compare_compare_store(std::intptr_t off, std::intptr
 
 /// free-list pop: if (*v != expect) { *out = *v; *v = *(*v + offset) }.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   head = *v
 ///   if (head == expect) return compare_failed  // e.g. empty list (expect = 0)
 ///   next = *(intptr_t*)(head + offset)
@@ -166,7 +166,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
 #define PERCPU_X86_POP(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
            "movq (%[v]), %[head]\n\t"                                                  \
-           "cmpq %[head], %[expect]\n\t"                                               \
+           "cmpq %[expect], %[head]\n\t"                                               \
            "je %l[cmpfail]\n\t"                                                        \
            PERCPU_X86_INJECT(2)                                                        \
            "movq " link("head") ", %[next]\n\t"                                        \
@@ -174,7 +174,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
            "movq %[next], (%[v])\n\t"                                                  \
            PERCPU_X86_SECTION_TAIL                                                     \
            : [head] "=&r"(head), [next] "=&r"(next)                                    \
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),   \
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "er"(expect),  \
              [offset] offset_constraint(offset)                                        \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
@@ -188,7 +188,7 @@ PERCPU_ALWAYS_INLINE status pop(std::intptr_t off, std::intptr_t idx, std::intpt
 /// The pop of a list that a remote drainer can close: v2 is the list's gate, and a closed gate
 /// makes the pop fail inside the section (see freelist.h).
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   if (*v2 != expect2) return compare_failed
 ///   head = *v
 ///   if (head == expect) return compare_failed
@@ -205,10 +205,10 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
   std::intptr_t head, next;
 #define PERCPU_X86_COMPARE_POP(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
-           "cmpq (%[v2]), %[expect2]\n\t"                                              \
+           "cmpq %[expect2], %[gate]\n\t"                                              \
            "jnz %l[cmpfail]\n\t"                                                       \
            "movq (%[v]), %[head]\n\t"                                                  \
-           "cmpq %[head], %[expect]\n\t"                                               \
+           "cmpq %[expect], %[head]\n\t"                                               \
            "je %l[cmpfail]\n\t"                                                        \
            PERCPU_X86_INJECT(2)                                                        \
            "movq " link("head") ", %[next]\n\t"                                        \
@@ -216,8 +216,8 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
            "movq %[next], (%[v])\n\t"                                                  \
            PERCPU_X86_SECTION_TAIL                                                     \
            : [head] "=&r"(head), [next] "=&r"(next)                                    \
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "r"(expect),   \
-             [v2] "r"(v2), [expect2] "r"(expect2), [offset] offset_constraint(offset)  \
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [expect] "er"(expect),  \
+             [gate] "m"(*v2), [expect2] "er"(expect2), [offset] offset_constraint(offset)  \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
   PERCPU_X86_WITH_LINK(PERCPU_X86_COMPARE_POP)
@@ -232,7 +232,7 @@ PERCPU_ALWAYS_INLINE status compare_pop(std::intptr_t off, std::intptr_t idx, st
 /// aborting the section. The link store may happen in attempts that then abort; the item is the
 /// caller's until the commit publishes it.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   if (*v2 != expect2) return compare_failed
 ///   head = *v
 ///   *(intptr_t*)(item + offset) = head         // try-store (the item is not yet published)
@@ -245,7 +245,7 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
   std::intptr_t head;
 #define PERCPU_X86_COMPARE_PUSH(link, offset_constraint) \
   asm volatile goto(PERCPU_X86_SECTION_HEAD(PERCPU_X86_CMPFAIL_EXIT)                   \
-           "cmpq (%[v2]), %[expect2]\n\t"                                              \
+           "cmpq %[expect2], %[gate]\n\t"                                              \
            "jnz %l[cmpfail]\n\t"                                                       \
            "movq (%[v]), %[head]\n\t"                                                  \
            PERCPU_X86_INJECT(2)                                                        \
@@ -254,8 +254,8 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
            "movq %[item], (%[v])\n\t"                                                  \
            PERCPU_X86_SECTION_TAIL                                                     \
            : [head] "=&r"(head)                                                        \
-           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [v2] "r"(v2),           \
-             [expect2] "r"(expect2), [offset] offset_constraint(offset), [item] "r"(item) \
+           : PERCPU_X86_HEAD_OPERANDS(off, index), [v] "r"(v), [gate] "m"(*v2),        \
+             [expect2] "er"(expect2), [offset] offset_constraint(offset), [item] "r"(item) \
            : "rax", "memory", "cc"                                                     \
            : aborted, moved, cmpfail)
   PERCPU_X86_WITH_LINK(PERCPU_X86_COMPARE_PUSH)
@@ -268,7 +268,7 @@ PERCPU_ALWAYS_INLINE status compare_push(std::intptr_t off, std::intptr_t idx, s
 /// can change it before the commit without aborting the section. The entry store may happen in
 /// attempts that then abort; nobody reads above the count until the commit publishes it.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   n = *count
 ///   if ((uintptr_t)n >= limit) return compare_failed   // full, or closed (a huge count)
 ///   base[n] = value                                    // try-store (not yet published)
@@ -300,7 +300,7 @@ PERCPU_ALWAYS_INLINE status array_push(std::intptr_t off, std::intptr_t idx, std
 /// compare: an empty count, 0, wraps above every limit). Count and entry are read inside the
 /// section, so neither needs a compare with an expected value.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   n = *count - 1
 ///   if ((uintptr_t)n >= limit) return compare_failed   // empty, or closed (a huge count)
 ///   top = base[n]
@@ -333,7 +333,7 @@ PERCPU_ALWAYS_INLINE status array_pop(std::intptr_t off, std::intptr_t idx, std:
 /// compare, try-store, store: if (*v == expect) { *v2 = newv2; *v = newv }.
 /// The store to v2 may happen in attempts that then abort; only the store to v commits.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   if (*v != expect) return compare_failed
 ///   *v2 = newv2                                // try-store (not yet published)
 ///   *v = newv                                  // commit
@@ -361,7 +361,7 @@ PERCPU_ALWAYS_INLINE status compare_store_store(std::intptr_t off, std::intptr_t
 /// compare, copy, store: if (*v == expect) { memcpy(dst, src, len); *v = newv }.
 /// Copies 8 bytes at a time, then the remaining 0-7 bytes one at a time.
 ///
-///   if (area->index != index || fallback) return index_changed
+///   if (area->index != index || index >= bound) return index_changed
 ///   if (*v != expect) return compare_failed
 ///   copy len bytes src -> dst                  // not yet published
 ///   *v = newv                                  // commit
