@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 
@@ -182,49 +183,60 @@ TEST(ProcessEvents, FallbackPopAndDetachDoNotAba) {
   // In fallback mode two threads share one list (the index is not checked): one pops and
   // pushes back, the other detaches the whole list with compare_store and pushes it back. Every
   // item must end up in the list exactly once.
-  const int rc = in_child([] {
-    percpu::detail::enter_fallback("test: fallback ABA");
-    constexpr int kItems = 8;
-    static std::intptr_t head = 0;
-    static item items[kItems];
-    for (auto& it : items) {
-      it.next = reinterpret_cast<item*>(head);
-      head = reinterpret_cast<std::intptr_t>(&it);
-    }
-    auto push = [](item* it) {
-      for (;;) {
-        const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
-        it->next = reinterpret_cast<item*>(h);
-        if (percpu::compare_store<index_mode::cpu_id>(&head, h, reinterpret_cast<std::intptr_t>(it),
-                                                      0) == status::committed)
-          return;
-      }
-    };
-    std::atomic<bool> stop{false};
-    std::thread popper([&] {
-      while (!stop.load()) {
-        std::intptr_t out;
-        if (percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0) == status::committed)
-          push(reinterpret_cast<item*>(out));
-      }
-    });
-    for (int round = 0; round < 20000; ++round) {
-      const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
-      if (h == 0) continue;
-      if (percpu::compare_store<index_mode::cpu_id>(&head, h, 0, 0) != status::committed) continue;
-      for (item* it = reinterpret_cast<item*>(h); it != nullptr;) {
-        item* next = it->next;
-        push(it);
-        it = next;
-      }
-    }
-    stop = true;
-    popper.join();
-    int count = 0;
-    for (item* it = reinterpret_cast<item*>(head); it != nullptr && count <= kItems; it = it->next)
-      ++count;
-    return count == kItems ? 0 : 1;
-  });
+  const int rc = in_child(
+      [] {
+        percpu::detail::enter_fallback("test: fallback ABA");
+        constexpr int kItems = 8;
+        static std::intptr_t head = 0;
+        static item items[kItems];
+        for (auto& it : items) {
+          it.next = reinterpret_cast<item*>(head);
+          head = reinterpret_cast<std::intptr_t>(&it);
+        }
+        auto push = [](item* it) {
+          for (;;) {
+            const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
+            it->next = reinterpret_cast<item*>(h);
+            if (percpu::compare_store<index_mode::cpu_id>(
+                    &head, h, reinterpret_cast<std::intptr_t>(it), 0) == status::committed)
+              return;
+          }
+        };
+        std::atomic<bool> stop{false};
+        std::thread popper([&] {
+          while (!stop.load()) {
+            std::intptr_t out;
+            if (percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0) == status::committed)
+              push(reinterpret_cast<item*>(out));
+          }
+        });
+        // 20000 rounds take 0.2 s here and 6-9 s in the arm64 VM (qemu TCG); with the host busy
+        // (four spinning jobs on our 2 CPUs) the VM took 10-37 s with this budget and over 60 s
+        // without it: a thread that holds a fallback stripe loses its host CPU, and the other
+        // spins or retries for the whole host time slice. The budget and a longer alarm keep the
+        // test about ABA, not about the host's load.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        for (int round = 0; round < 20000; ++round) {
+          if (round % 256 == 0 && std::chrono::steady_clock::now() > deadline) break;
+          const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
+          if (h == 0) continue;
+          if (percpu::compare_store<index_mode::cpu_id>(&head, h, 0, 0) != status::committed)
+            continue;
+          for (item* it = reinterpret_cast<item*>(h); it != nullptr;) {
+            item* next = it->next;
+            push(it);
+            it = next;
+          }
+        }
+        stop = true;
+        popper.join();
+        int count = 0;
+        for (item* it = reinterpret_cast<item*>(head); it != nullptr && count <= kItems;
+             it = it->next)
+          ++count;
+        return count == kItems ? 0 : 1;
+      },
+      300);
   EXPECT_EQ(rc, 0) << "list lost or duplicated items";
 }
 

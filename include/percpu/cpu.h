@@ -130,7 +130,8 @@ namespace detail {
 /// section: the index field of mode M, without the index-space check of try_current_index(),
 /// because every section compares its index with the section bound (g_hot) before any access
 /// and leaves when it is beyond. The caller may compute, but must not dereference, a slot
-/// address from `index` before the section. Returns false (slow path) before initialization
+/// address from `index` before the section (slot_array and region_array compute it in integers,
+/// so even -1 is no undefined pointer arithmetic). Returns false (slow path) before initialization
 /// (no area offset yet: an arming store through offset 0 would hit the thread control block)
 /// and, in mm_cid mode, while the thread's area is not registered (mm_cid may then hold a
 /// stale, in-range value, and the kernel would not abort the section).

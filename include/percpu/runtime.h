@@ -103,9 +103,10 @@ struct alignas(64) hot_state {
   /// Sizes of the cpu_id and mm_cid index spaces (machine_topology()); 0 until initialized. The
   /// getcpu cache returns an id from the area only when it is below these, so no structure
   /// sized by the index space is ever indexed outside its memory, whatever sysfs said.
-  /// initialize() stores them last, with release order, and the fast paths load them first,
-  /// with acquire order: a nonzero bound guarantees the offsets above are set, so the fast
-  /// paths need no separate test of the offset.
+  /// initialize() stores them last, with release order, and the getcpu cache (and retry(),
+  /// through it) loads them first, with acquire order: a nonzero bound guarantees the offsets
+  /// above are set, so it needs no separate test of the offset. (The structures' fast paths
+  /// test the offsets instead, and rely on the section bounds below.)
   std::uint32_t cpu_id_bound;
   std::uint32_t mm_cid_bound;
   /// The bounds every critical section compares its index with, in place of a mode check:

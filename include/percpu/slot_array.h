@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -96,12 +97,14 @@ class slot_array {
   slot_array(const slot_array&) = delete;
   slot_array& operator=(const slot_array&) = delete;
 
-  /// The slot of `index`; precondition 0 <= index < size() (checked by at()).
-  T& operator[](int index) noexcept {
-    return *reinterpret_cast<T*>(base_ + static_cast<std::size_t>(index) * stride_);
-  }
+  /// The slot of `index`; precondition 0 <= index < size() (checked by at()) for any access.
+  /// Fast paths may take the address of an unchecked index's slot before their critical
+  /// section, which compares the index with the section bound before any access: the address
+  /// is computed in integers, so an index outside the space (-1 from an unregistered area)
+  /// gives an unused address, not undefined pointer arithmetic.
+  T& operator[](int index) noexcept { return *reinterpret_cast<T*>(address(index)); }
   const T& operator[](int index) const noexcept {
-    return *reinterpret_cast<const T*>(base_ + static_cast<std::size_t>(index) * stride_);
+    return *reinterpret_cast<const T*>(address(index));
   }
 
   /// The slot of `index`; throws std::out_of_range outside [0, size()).
@@ -120,6 +123,9 @@ class slot_array {
   std::size_t stride() const noexcept { return stride_; }
 
  private:
+  std::uintptr_t address(int index) const noexcept {
+    return reinterpret_cast<std::uintptr_t>(base_) + static_cast<std::uintptr_t>(index) * stride_;
+  }
   static int checked(int count) {
     if (count <= 0) throw std::invalid_argument("percpu::slot_array: count must be positive");
     return count;
@@ -174,9 +180,12 @@ class region_array {
   region_array(const region_array&) = delete;
   region_array& operator=(const region_array&) = delete;
 
-  /// Start of the region of `index`; precondition 0 <= index < size() (checked by at()).
+  /// Start of the region of `index`; precondition 0 <= index < size() (checked by at()) for
+  /// any access. Computed in integers, as slot_array's, for fast paths that form an unchecked
+  /// index's address before their critical section.
   char* operator[](int index) const noexcept {
-    return base_ + static_cast<std::size_t>(index) * stride_;
+    return reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(base_) +
+                                   static_cast<std::uintptr_t>(index) * stride_);
   }
 
   /// Start of the region of `index`; throws std::out_of_range outside [0, size()).
