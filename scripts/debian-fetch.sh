@@ -20,21 +20,51 @@ for name in "$suite" "$arch" "$@"; do
 done
 mkdir -p "$cache" && cache=$(cd "$cache" && pwd) # apt reads relative paths from /etc/apt
 
-# The archive URI: the first URI that is not a security archive, in the deb822 sources (URIs:)
-# first, then in the one-line format (deb URI suite ...).
+# The archive URI: Debian's main archive among this machine's apt sources, so that a third-party
+# repository (Docker's, say) or the security archive is never taken for it. A source qualifies
+# when it is enabled, of type deb, has the component main, and a URI that is not a security
+# archive; one naming this machine's own suite (VERSION_CODENAME) first, then any. deb822
+# sources (*.sources) before the one-line format (deb [options] URI suite components...).
 archive_uri() {
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -e "$f" ] || continue
-    uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
+  local codename want f uri
+  codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") || codename=
+  for want in "$codename" ""; do
+    for f in /etc/apt/sources.list.d/*.sources; do
+      [ -e "$f" ] || continue
+      uri=$(awk -v RS= -v want="$want" '
+        { types = ""; uris = ""; suites = ""; comps = ""; enabled = "yes"
+          n = split($0, line, "\n")
+          for (i = 1; i <= n; i++) {
+            l = line[i]
+            if (l ~ /^#/) continue
+            if (sub(/^Types:[ \t]*/, "", l)) types = l
+            else if (sub(/^URIs:[ \t]*/, "", l)) uris = l
+            else if (sub(/^Suites:[ \t]*/, "", l)) suites = l
+            else if (sub(/^Components:[ \t]*/, "", l)) comps = l
+            else if (sub(/^Enabled:[ \t]*/, "", l)) enabled = l
+          }
+          if (enabled == "no" || (" " types " ") !~ / deb / || (" " comps " ") !~ / main /) next
+          if (want != "" && (" " suites " ") !~ (" " want " ")) next
+          k = split(uris, u, /[ \t]+/)
+          for (i = 1; i <= k; i++) if (u[i] != "" && u[i] !~ /security/) { print u[i]; exit }
+        }' "$f")
+      [ -n "$uri" ] && { echo "$uri"; return; }
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+      [ -e "$f" ] || continue
+      uri=$(awk -v want="$want" '
+        $1 == "deb" {
+          i = 2
+          if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+          u = $i; s = $(i + 1); main = 0
+          for (j = i + 2; j <= NF; j++) if ($j == "main") main = 1
+          if (main && u !~ /security/ && (want == "" || s == want)) { print u; exit }
+        }' "$f")
+      [ -n "$uri" ] && { echo "$uri"; return; }
+    done
   done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -e "$f" ] || continue
-    uri=$(awk '$1 == "deb" { u = ($2 ~ /^\[/) ? $3 : $2; if (u !~ /security/) { print u; exit } }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-  echo "debian-fetch: no Debian archive URI in this machine's apt sources" >&2
+  echo "debian-fetch: no Debian archive URI in this machine's apt sources (an enabled deb source" \
+    "with the component main)" >&2
   return 1
 }
 

@@ -5,7 +5,8 @@
 #   x86-64 VMs (scripts/run-vm.sh): bookworm's 6.1, trixie's 6.12 and sid's newest kernel with
 #     8 CPUs in 2 NUMA nodes, and 6.1 with 6 of 16 possible CPUs and a hot-added CPU;
 #   glibc 2.41 (trixie) and the newest (sid) on this machine's kernel (scripts/run-glibc.sh);
-#   aarch64 VMs (scripts/run-aarch64.sh --vm-only): bookworm's 6.1 and sid's newest kernel.
+#   aarch64 VMs (scripts/run-aarch64.sh): bookworm's 6.1 with the user-mode pass, as CI runs it,
+#     and sid's newest kernel (--vm-only).
 # Usage: scripts/run-matrix.sh [--short] [--only NAME,...]
 #   --short  the short form of every VM run (as CI): about 50 minutes here instead of hours
 #   --only   these runs only, by the names of their logs (x86-64-sid-numa, glibc-trixie,
