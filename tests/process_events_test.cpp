@@ -133,6 +133,18 @@ struct item {
   item* next = nullptr;
 };
 
+// Pushes `it` onto the list at `head` with compare_store on index 0 (in fallback mode the index
+// is not checked), retrying until the head it read is still the head.
+void push_onto(std::intptr_t& head, item* it) {
+  for (;;) {
+    const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
+    it->next = reinterpret_cast<item*>(h);
+    if (percpu::compare_store<index_mode::cpu_id>(&head, h, reinterpret_cast<std::intptr_t>(it),
+                                                  0) == status::committed)
+      return;
+  }
+}
+
 TEST(ProcessEvents, ForkWhileOtherThreadsRunFallbackOperations) {
   const int rc = in_child([] {
     percpu::detail::enter_fallback("test: fork under fallback load");
@@ -144,16 +156,8 @@ TEST(ProcessEvents, ForkWhileOtherThreadsRunFallbackOperations) {
       pool.emplace_back([&] {
         while (!stop.load(std::memory_order_relaxed)) {
           std::intptr_t out;
-          if (percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0) == status::committed) {
-            auto* it = reinterpret_cast<item*>(out);
-            for (;;) {
-              const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
-              it->next = reinterpret_cast<item*>(h);
-              if (percpu::compare_store<index_mode::cpu_id>(
-                      &head, h, reinterpret_cast<std::intptr_t>(it), 0) == status::committed)
-                break;
-            }
-          }
+          if (percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0) == status::committed)
+            push_onto(head, reinterpret_cast<item*>(out));
         }
       });
     for (auto& it : items) {
@@ -193,21 +197,12 @@ TEST(ProcessEvents, FallbackPopAndDetachDoNotAba) {
           it.next = reinterpret_cast<item*>(head);
           head = reinterpret_cast<std::intptr_t>(&it);
         }
-        auto push = [](item* it) {
-          for (;;) {
-            const std::intptr_t h = __atomic_load_n(&head, __ATOMIC_RELAXED);
-            it->next = reinterpret_cast<item*>(h);
-            if (percpu::compare_store<index_mode::cpu_id>(
-                    &head, h, reinterpret_cast<std::intptr_t>(it), 0) == status::committed)
-              return;
-          }
-        };
         std::atomic<bool> stop{false};
         std::thread popper([&] {
           while (!stop.load()) {
             std::intptr_t out;
             if (percpu::pop<index_mode::cpu_id>(&head, 0, 0, &out, 0) == status::committed)
-              push(reinterpret_cast<item*>(out));
+              push_onto(head, reinterpret_cast<item*>(out));
           }
         });
         // 20000 rounds take 0.2 s here and 6-9 s in the arm64 VM (qemu TCG); with the host busy
@@ -224,7 +219,7 @@ TEST(ProcessEvents, FallbackPopAndDetachDoNotAba) {
             continue;
           for (item* it = reinterpret_cast<item*>(h); it != nullptr;) {
             item* next = it->next;
-            push(it);
+            push_onto(head, it);
             it = next;
           }
         }
