@@ -42,7 +42,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace percpu {
 namespace detail {
-hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0, 0, 0};
+hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0, 0, 0, 0};
 }  // namespace detail
 
 namespace {
@@ -227,12 +227,16 @@ void do_initialize() {
   g_hot.mm_cid_usable = info.fields.mm_cid;
   // Sections run only in rseq mode: in fallback mode from the start their bounds stay 0. They
   // are stored before the mode, so a switch to fallback mode (which needs kRseqMode) can never
-  // be undone by them; before the offsets are set no section starts (try_section_index()).
+  // be undone by them; before the offsets are set no section starts (current_ops.h).
   if (mode == detail::kRseqMode) {
     __atomic_store_n(&g_hot.cpu_section_bound,
                      static_cast<std::uint32_t>(machine_topology().cpu_id_bound), __ATOMIC_RELEASE);
     __atomic_store_n(&g_hot.mm_section_bound,
                      static_cast<std::uint32_t>(machine_topology().mm_cid_bound), __ATOMIC_RELEASE);
+    if (info.fields.mm_cid)
+      __atomic_store_n(&g_hot.mm_cid_field_bound,
+                       static_cast<std::uint32_t>(machine_topology().mm_cid_bound),
+                       __ATOMIC_RELEASE);
   }
   g_hot.mm_cid_index_offset =
       info.rseq_offset + (info.fields.mm_cid ? abi::kOffMmCid : abi::kOffCpuId);
@@ -474,6 +478,7 @@ static void switch_to_fallback(const char* reason) {
   // began earlier and may still commit; only then may fallback operations touch the slots.
   __atomic_store_n(&g_hot.cpu_section_bound, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_hot.mm_section_bound, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_hot.mm_cid_field_bound, 0, __ATOMIC_SEQ_CST);
   if (membarrier_rseq_fence(-1) != 0) {
     const std::vector<int> missed = migration_sweep(every_cpu_id());
     // CPUs this thread may not run on (offline, or outside its cpuset): wait until no thread

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "percpu/checked.h"
+#include "percpu/current_ops.h"
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
@@ -22,16 +23,16 @@ namespace percpu {
 namespace detail {
 
 /// The slow path of stack_push(): pushes `value` with full retries (and the fallback), after
-/// the fast attempt `fast` did not commit. Returns false when the stack is full; waits while a
-/// remote drain has the count closed.
-template <index_mode M, class Words>
-[[gnu::noinline, gnu::cold]] bool stack_push_cold(Words words, std::size_t capacity,
+/// the fast attempt did not commit (`fast`: its status for the statistics). Returns false when
+/// the stack is full; waits while a remote drain has the count closed.
+template <index_mode M>
+[[gnu::noinline, gnu::cold]] bool stack_push_cold(arch::slot_table t, std::size_t capacity,
                                                   std::intptr_t value, status fast) noexcept {
   count_fast_attempt(fast);
   for (;;) {
     std::intptr_t* r = nullptr;
     const status s = retry<M>([&](int index) {
-      r = words(index);
+      r = t.words(index);
       return array_push<M>(&r[0], capacity, &r[1], value, index);
     });
     if (s == status::committed) return true;
@@ -46,30 +47,20 @@ template <index_mode M, class Words>
   }
 }
 
-/// Pushes `value` onto the per-index stack whose words are at `words(index)` (word 0 the count,
-/// words 1..capacity the entries) for the calling thread's current index, in one critical
-/// section (arch::array_push): the count is read inside it, the entry above the count is stored
-/// (nobody reads it yet), then the count, which commits. Returns false, storing nothing, when
-/// that stack is full (a count at or above `capacity`: a caller may lower the capacity of a
-/// stack that holds more, as percpu malloc's adaptive capacities do); waits while a remote drain
-/// has the count closed. Async-signal-safe. `words` is copied to the slow path: capture by
-/// value.
-template <index_mode M, class Words>
-PERCPU_ALWAYS_INLINE bool stack_push(Words&& words, std::size_t capacity,
+/// Pushes `value` onto the per-index stack of `t` (each index's words: word 0 the count, words
+/// 1..capacity the entries) for the calling thread's current index, in one current-index
+/// section (current_array_push): the count is read inside it, the entry above the count is
+/// stored (nobody reads it yet), then the count, which commits. Returns false, storing nothing,
+/// when that stack is full (a count at or above `capacity`: a caller may lower the capacity of
+/// a stack that holds more, as percpu malloc's adaptive capacities do); waits while a remote
+/// drain has the count closed. `capacity` is at most 2^24. Async-signal-safe.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE bool stack_push(arch::slot_table t, std::size_t capacity,
                                      std::intptr_t value) noexcept {
-  int index;
-  status s = status::compare_failed;  // no attempt
-  if (PERCPU_LIKELY(try_section_index<M>(index))) {
-    std::intptr_t* r = words(index);
-    s = array_push<M, rseq_only>(&r[0], capacity, &r[1], value, index);
-    if (PERCPU_LIKELY(s == status::committed)) return true;
-    // Full (the common miss) answers here; a closed count goes to the slow path, which waits.
-    if (s == status::compare_failed) {
-      const std::intptr_t n = __atomic_load_n(&r[0], __ATOMIC_RELAXED);
-      if ((n & kCountClosed) == 0 && n >= static_cast<std::intptr_t>(capacity)) return false;
-    }
-  }
-  return stack_push_cold<M>(words, capacity, value, s);
+  const current_result r = current_array_push<M>(t, capacity, value);
+  if (PERCPU_LIKELY(r == current_result::committed)) return true;
+  if (r == current_result::miss) return false;  // full: the common miss answers here
+  return stack_push_cold<M>(t, capacity, value, fast_status(r));
 }
 
 /// What stack_pop_cold() returns: the entry, and whether there was one. Returned in two
@@ -83,16 +74,16 @@ struct stack_popped {
 /// the count minus one; 0 and a closed count fail).
 inline constexpr std::uintptr_t kPopLimit = static_cast<std::uintptr_t>(kCountClosed) - 1;
 
-/// The slow path of stack_pop(), likewise: full retries after the fast attempt `fast`. Returns
+/// The slow path of stack_pop(), likewise: full retries after the fast attempt. Returns
 /// {entry, true}, or {0, false} when the stack is empty.
-template <index_mode M, class Words>
-[[gnu::noinline, gnu::cold]] stack_popped stack_pop_cold(Words words, status fast) noexcept {
+template <index_mode M>
+[[gnu::noinline, gnu::cold]] stack_popped stack_pop_cold(arch::slot_table t, status fast) noexcept {
   count_fast_attempt(fast);
   for (;;) {
     std::intptr_t* r = nullptr;
     std::intptr_t v = 0;
     const status s = retry<M>([&](int index) {
-      r = words(index);
+      r = t.words(index);
       return array_pop<M>(&r[0], kPopLimit, &r[1], &v, index);
     });
     if (s == status::committed) return {v, true};
@@ -106,25 +97,19 @@ template <index_mode M, class Words>
   }
 }
 
-/// Pops the top entry of the calling thread's stack (layout as stack_push) into `out`, in one
-/// critical section (arch::array_pop) that reads the count and the entry and commits the lowered
-/// count. Returns false when it is empty. Async-signal-safe.
-template <index_mode M, class Words>
-PERCPU_ALWAYS_INLINE bool stack_pop(Words&& words, std::intptr_t& out) noexcept {
-  int index;
-  status s = status::compare_failed;  // no attempt
-  if (PERCPU_LIKELY(try_section_index<M>(index))) {
-    std::intptr_t* r = words(index);
-    std::intptr_t v;
-    s = array_pop<M, rseq_only>(&r[0], kPopLimit, &r[1], &v, index);
-    if (PERCPU_LIKELY(s == status::committed)) {
-      out = v;
-      return true;
-    }
-    // Empty (the common miss) answers here; a closed count goes to the slow path.
-    if (s == status::compare_failed && __atomic_load_n(&r[0], __ATOMIC_RELAXED) == 0) return false;
+/// Pops the top entry of the calling thread's stack of `t` (layout as stack_push) into `out`,
+/// in one current-index section (current_array_pop) that reads the count and the entry and
+/// commits the lowered count. Returns false when it is empty. Async-signal-safe.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE bool stack_pop(arch::slot_table t, std::intptr_t& out) noexcept {
+  std::intptr_t v;
+  const current_result r = current_array_pop<M>(t, v);
+  if (PERCPU_LIKELY(r == current_result::committed)) {
+    out = v;
+    return true;
   }
-  const stack_popped p = stack_pop_cold<M>(words, s);
+  if (r == current_result::miss) return false;  // empty: the common miss answers here
+  const stack_popped p = stack_pop_cold<M>(t, fast_status(r));
   if (p.ok) out = p.value;
   return p.ok;
 }
@@ -234,8 +219,7 @@ class buffer {
     if constexpr (Checked) {
       if (!detail::checked_insert(p)) throw_double_push();
     }
-    if (detail::stack_push<M>([this](int index) { return words(index); }, capacity_,
-                              reinterpret_cast<std::intptr_t>(p)))
+    if (detail::stack_push<M>(regions_.table(), capacity_, reinterpret_cast<std::intptr_t>(p)))
       return true;
     if constexpr (Checked) detail::checked_erase(p);
     return false;
@@ -244,7 +228,7 @@ class buffer {
   /// Pops the most recently pushed pointer of the calling thread's buffer; nullptr when empty.
   PERCPU_ALWAYS_INLINE P pop() noexcept {
     std::intptr_t p = 0;
-    if (!detail::stack_pop<M>([this](int index) { return words(index); }, p)) return nullptr;
+    if (!detail::stack_pop<M>(regions_.table(), p)) return nullptr;
     if constexpr (Checked) detail::checked_erase(reinterpret_cast<P>(p));
     return reinterpret_cast<P>(p);
   }

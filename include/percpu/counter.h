@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "percpu/current_ops.h"
 #include "percpu/ops.h"
 #include "percpu/slot_array.h"
 
@@ -36,13 +37,9 @@ class counter {
   /// Adds `n` to the calling thread's slot.
   PERCPU_ALWAYS_INLINE void add(T n) noexcept {
     const auto delta = static_cast<std::intptr_t>(n);
-    int index;
-    status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
-      s = percpu::add<M, detail::rseq_only>(&slots_[index], delta, index);
-      if (PERCPU_LIKELY(s == status::committed)) return;
-    }
-    add_cold(delta, s);
+    const detail::current_result r = detail::current_add<M>(slots_.table(), delta);
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) return;
+    add_cold(delta, detail::fast_status(r));
   }
 
   /// Subtracts `n` (adds its two's complement).

@@ -125,38 +125,6 @@ PERCPU_ALWAYS_INLINE bool try_current_index(int& index) noexcept {
 }
 }  // namespace detail
 
-namespace detail {
-/// The index read of a structure's fast path whose slot is touched only inside its critical
-/// section: the index field of mode M, without the index-space check of try_current_index(),
-/// because every section compares its index with the section bound (g_hot) before any access
-/// and leaves when it is beyond. The caller may compute, but must not dereference, a slot
-/// address from `index` before the section (slot_array and region_array compute it in integers,
-/// so even -1 is no undefined pointer arithmetic). Returns false (slow path) before initialization
-/// (no area offset yet: an arming store through offset 0 would hit the thread control block)
-/// and, in mm_cid mode, while the thread's area is not registered (mm_cid may then hold a
-/// stale, in-range value, and the kernel would not abort the section).
-///
-/// Plain loads, in no particular order, so that the section's dispatch() reuses them: the
-/// offsets are written once, from 0 to their final nonzero value, so an offset read as nonzero
-/// is final whatever was read before it, and a section bound read too early is 0 (the section
-/// leaves). mm_cid mode tests both offsets for that reason; cpu_id mode needs only the area's.
-template <index_mode M>
-PERCPU_ALWAYS_INLINE bool try_section_index(int& index) noexcept {
-  const std::intptr_t off = g_hot.rseq_offset;
-  if constexpr (M == index_mode::cpu_id) {
-    if (PERCPU_UNLIKELY(off == 0)) return false;
-    index = arch::load_area_i32<abi::kOffCpuId>(off);
-    return true;
-  } else {
-    const std::intptr_t idx = g_hot.mm_cid_index_offset;
-    if (PERCPU_UNLIKELY(off == 0 || idx == 0)) return false;
-    if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(off) < 0)) return false;
-    index = arch::load_area_i32<0>(idx);
-    return true;
-  }
-}
-}  // namespace detail
-
 /// A CPU and the NUMA node it belongs to, read together.
 struct cpu_node {
   int cpu;

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "percpu/checked.h"
+#include "percpu/current_ops.h"
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
@@ -57,28 +58,22 @@ class freelist {
     if constexpr (Checked) {
       if (!detail::checked_insert(item)) throw_double_push();
     }
-    int index;
-    status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
-      s = push_attempt<detail::rseq_only>(item, index);
-      if (PERCPU_LIKELY(s == status::committed)) return;
-    }
-    push_cold(item, s);
+    const detail::current_result r = detail::current_compare_push<M>(
+        slots_.table(), link_offset(), reinterpret_cast<std::intptr_t>(item));
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) return;
+    push_cold(item, detail::fast_status(r));
   }
 
   /// Pops the most recently pushed item of the calling thread's list; nullptr when it is empty.
   PERCPU_ALWAYS_INLINE T* pop() noexcept {
-    int index;
-    status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
-      std::intptr_t item;
-      s = pop_attempt<detail::rseq_only>(item, index);
-      if (PERCPU_LIKELY(s == status::committed)) return popped(item);
-      // The section failed its compare: empty, or closed by a drain. An open, empty list is
-      // the common miss and answers here, as cheaply as a pop that finds an item.
-      if (s == status::compare_failed && empty_and_open(index)) return nullptr;
-    }
-    return pop_cold(s);
+    std::intptr_t item;
+    const detail::current_result r =
+        detail::current_compare_pop<M>(slots_.table(), link_offset(), item);
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) return popped(item);
+    // An open, empty list is the common miss: the section answers it, as cheaply as a pop
+    // that finds an item. A closed list goes to the slow path, which waits for the drain.
+    if (r == detail::current_result::miss) return nullptr;
+    return pop_cold(detail::fast_status(r));
   }
 
   /// Detaches the calling thread's whole list and returns its first item (follow Link to the
@@ -141,19 +136,16 @@ class freelist {
   }
 
  private:
-  // One attempt of push() and pop() on `index`, in rseq_only (the fast paths) or with_fallback
-  // (the loops below) policy.
-  template <class Policy>
+  // One attempt of push() and pop() on `index`, for the loops below (fallback mode included).
   PERCPU_ALWAYS_INLINE status push_attempt(T* item, int index) noexcept {
     slot& sl = slots_[index];
     // The section links the item to the head it reads itself (the item is still ours).
-    return compare_push<M, Policy>(&sl.head, &sl.gate, kOpen, link_offset(),
-                                   reinterpret_cast<std::intptr_t>(item), index);
+    return compare_push<M>(&sl.head, &sl.gate, kOpen, link_offset(),
+                           reinterpret_cast<std::intptr_t>(item), index);
   }
-  template <class Policy>
   PERCPU_ALWAYS_INLINE status pop_attempt(std::intptr_t& item, int index) noexcept {
     slot& sl = slots_[index];
-    return compare_pop<M, Policy>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
+    return compare_pop<M>(&sl.head, 0, &sl.gate, kOpen, link_offset(), &item, index);
   }
 
   [[noreturn, gnu::noinline, gnu::cold]] static void throw_null_item() {
@@ -171,7 +163,7 @@ class freelist {
       int at = 0;
       const status s = retry<M>([&](int index) {
         at = index;
-        return push_attempt<detail::with_fallback>(item, index);
+        return push_attempt(item, index);
       });
       if (s == status::committed) return;
       wait_if_closed(at);  // the head moved under us, or a drain closed the list
@@ -185,18 +177,11 @@ class freelist {
       std::intptr_t item = 0;
       const status s = retry<M>([&](int index) {
         at = index;
-        return pop_attempt<detail::with_fallback>(item, index);
+        return pop_attempt(item, index);
       });
       if (s == status::committed) return popped(item);
       if (!wait_if_closed(at)) return nullptr;  // open and empty
     }
-  }
-
-  // True when the list of `index` is open and holds no item (two loads: a miss's fast answer).
-  bool empty_and_open(int index) const noexcept {
-    const slot& sl = slots_[index];
-    return __atomic_load_n(&sl.head, __ATOMIC_RELAXED) == 0 &&
-           __atomic_load_n(&sl.gate, __ATOMIC_RELAXED) == kOpen;
   }
 
   // A committed pop found a nonempty list (head != 0): telling the compiler spares the caller's
@@ -210,10 +195,14 @@ class freelist {
   static constexpr std::intptr_t kOpen = 0;
   static constexpr std::intptr_t kClosed = 1;
 
+  // The layout of the current-index list sections (arch/current_ops.h): head, then gate, and
+  // an open gate is 0.
   struct slot {
     std::intptr_t head;  // first item, 0 when empty
     std::intptr_t gate;  // kOpen, or kClosed while drain() works on this list
   };
+  static_assert(offsetof(slot, head) == 0 && offsetof(slot, gate) == 8 && kOpen == 0,
+                "the layout of the current-index list sections");
 
   // Byte offset of Link inside T, for the pop section (computed without constructing a T).
   static std::ptrdiff_t link_offset() noexcept {

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "percpu/current_ops.h"
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
@@ -54,27 +55,21 @@ class memcpy_buffer {
   /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
   /// is full.
   PERCPU_ALWAYS_INLINE bool push(const T& record) noexcept {
-    int index;
-    status s = status::compare_failed;  // no attempt
-    std::intptr_t n;
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      s = push_attempt<detail::rseq_only>(record, index, n);
-      if (PERCPU_LIKELY(s == status::committed)) return true;
-    }
-    return push_cold(record, s);
+    const detail::current_result r = detail::current_memcpy_push<M, kRecordStride>(
+        regions_.table(), capacity_, &record, sizeof(T));
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) return true;
+    if (r == detail::current_result::miss) return false;  // full
+    return push_cold(record, detail::fast_status(r));
   }
 
   /// Copies the most recently pushed record of the calling thread's buffer into `out` and
   /// removes it. Returns false, leaving `out` unspecified, when the buffer is empty.
   PERCPU_ALWAYS_INLINE bool pop(T& out) noexcept {
-    int index;
-    status s = status::compare_failed;  // no attempt
-    std::intptr_t n;
-    if (PERCPU_LIKELY(detail::try_current_index<M>(index))) {
-      s = pop_attempt<detail::rseq_only>(out, index, n);
-      if (PERCPU_LIKELY(s == status::committed)) return true;
-    }
-    return pop_cold(out, s);
+    const detail::current_result r =
+        detail::current_memcpy_pop<M, kRecordStride>(regions_.table(), &out, sizeof(T));
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) return true;
+    if (r == detail::current_result::miss) return false;  // empty
+    return pop_cold(out, detail::fast_status(r));
   }
 
   /// pop() returning the record, or std::nullopt when the buffer is empty.
@@ -134,27 +129,25 @@ class memcpy_buffer {
     return capacity;
   }
 
-  // One attempt of push() and pop() on `index`, in rseq_only (the fast paths) or with_fallback
-  // (the loops below) policy; `n` is the count it read. A full, empty or closed buffer
-  // (kCountClosed set: above every capacity) is compare_failed without a section.
-  template <class Policy>
-  PERCPU_ALWAYS_INLINE status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
+  // One attempt of push() and pop() on `index`, for the loops below (fallback mode included);
+  // `n` is the count it read. A full, empty or closed buffer (kCountClosed set: above every
+  // capacity) is compare_failed without a section.
+  status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (n >= static_cast<std::intptr_t>(capacity_)) return status::compare_failed;
     // Record n is above the count: nobody reads it until the count store publishes it.
-    return compare_memcpy_store<M, commit_order::release, Policy>(count, n, record_of(index, n),
-                                                                  &record, sizeof(T), n + 1, index);
+    return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n), &record,
+                                                          sizeof(T), n + 1, index);
   }
-  template <class Policy>
-  PERCPU_ALWAYS_INLINE status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
+  status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (static_cast<std::uintptr_t>(n - 1) >= static_cast<std::uintptr_t>(detail::kCountClosed - 1))
       return status::compare_failed;
     // The copy into `out` may happen in attempts that abort; only the count store commits.
-    return compare_memcpy_store<M, commit_order::relaxed, Policy>(
-        count, n, &out, record_of(index, n - 1), sizeof(T), n - 1, index);
+    return compare_memcpy_store<M, commit_order::relaxed>(count, n, &out, record_of(index, n - 1),
+                                                          sizeof(T), n - 1, index);
   }
 
   // push() and pop() after their one fast attempt did not commit (full, empty, closed, an
@@ -163,8 +156,7 @@ class memcpy_buffer {
     detail::count_fast_attempt(fast);
     for (;;) {
       std::intptr_t n = 0;
-      const status s = retry<M>(
-          [&](int index) { return push_attempt<detail::with_fallback>(record, index, n); });
+      const status s = retry<M>([&](int index) { return push_attempt(record, index, n); });
       if (s == status::committed) return true;
       if ((n & detail::kCountClosed) != 0) {
         detail::wait_for_remote();
@@ -178,8 +170,7 @@ class memcpy_buffer {
     detail::count_fast_attempt(fast);
     for (;;) {
       std::intptr_t n = 0;
-      const status s =
-          retry<M>([&](int index) { return pop_attempt<detail::with_fallback>(out, index, n); });
+      const status s = retry<M>([&](int index) { return pop_attempt(out, index, n); });
       if (s == status::committed) return true;
       if ((n & detail::kCountClosed) != 0) {
         detail::wait_for_remote();

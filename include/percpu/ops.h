@@ -12,15 +12,18 @@
 // index_changed, except in fallback mode where it is not checked: pass valid indices); the words
 // are naturally aligned and stay valid for the call.
 //
-// The shape of a fast path (retry() and every structure): read the index from the area, make one
-// attempt inlined into the caller (arm, compare the index with the area's and with the section
-// bound, do the work, commit), and hand anything else (a failed read, an abort, a compare that
-// failed, fallback mode) to an out-of-line cold path that runs the full loop. The fast path thus
-// makes no call and saves no register. Its cost above a bare sequence is what keeps it safe:
-// the test that percpu has an area offset, and the section bound compared inside the section
+// The shape of retry()'s fast path: read the index from the area, make one attempt inlined into
+// the caller (arm, compare the index with the area's and with the section bound, do the work,
+// commit), and hand anything else (a failed read, an abort, a compare that failed, fallback
+// mode) to an out-of-line cold path that runs the full loop. The fast path thus makes no call
+// and saves no register. Its cost above a bare sequence is what keeps it safe: the index-space
+// check of the index read, and the section bound compared inside the section
 // (g_hot.cpu_section_bound/mm_section_bound: the size of the index space in rseq mode, so a CPU
 // id sysfs did not announce touches no slot; 0 from the start of a switch to fallback mode, so
-// sections stop); in mm_cid mode also the check that the thread's area is registered.
+// sections stop); in mm_cid mode also the check that the thread's area is registered. The
+// structures' fast paths go one step further with current-index sections (current_ops.h),
+// which read the index inside the section and so need no compare of it; these operations serve
+// their cold paths and any operation a user writes.
 // No section disarms when it ends (the kernel clears rseq_cs lazily, as with librseq): code that
 // dlclose() unloads needs prepare_unload() (unload.h). Each operation takes a policy:
 // detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
@@ -71,9 +74,8 @@ template <class FallbackOp>
 /// index_changed (rseq_only).
 ///
 /// with_fallback tests that percpu has an area offset first: a caller may pass any index before
-/// initialization. rseq_only does not: its callers are fast paths that read the index with
-/// detail::try_section_index() or try_current_index() first, whose success implies the offset
-/// (cpu.h).
+/// initialization. rseq_only does not: its callers read the index with try_current_index()
+/// first, whose success implies the offset (cpu.h).
 ///
 /// The section itself compares the index with the section bound, which is 0 outside rseq mode
 /// (it must, for the switch to fallback mode), and reports a failed compare as index_changed,

@@ -194,16 +194,20 @@ class PERCPU_API pool_base {
     return reinterpret_cast<std::intptr_t*>(caches_[index]) +
            (cls * 2 + static_cast<std::size_t>(which)) * (1 + kCacheDepth);
   }
+  // The stacks of (cls, which) in every index's region, for the current-index sections.
+  arch::slot_table cache_table(std::size_t cls, int which) const noexcept {
+    return caches_.table((cls * 2 + static_cast<std::size_t>(which)) * (1 + kCacheDepth) *
+                         sizeof(std::intptr_t));
+  }
   bool cache_pop(std::size_t cls, int which, std::intptr_t& out) noexcept {
-    auto words = [this, cls, which](int index) { return cache_words(index, cls, which); };
-    return mode_ == index_mode::cpu_id ? detail::stack_pop<index_mode::cpu_id>(words, out)
-                                       : detail::stack_pop<index_mode::mm_cid>(words, out);
+    const arch::slot_table t = cache_table(cls, which);
+    return mode_ == index_mode::cpu_id ? detail::stack_pop<index_mode::cpu_id>(t, out)
+                                       : detail::stack_pop<index_mode::mm_cid>(t, out);
   }
   bool cache_push(std::size_t cls, int which, std::intptr_t p) noexcept {
-    auto words = [this, cls, which](int index) { return cache_words(index, cls, which); };
-    return mode_ == index_mode::cpu_id
-               ? detail::stack_push<index_mode::cpu_id>(words, kCacheDepth, p)
-               : detail::stack_push<index_mode::mm_cid>(words, kCacheDepth, p);
+    const arch::slot_table t = cache_table(cls, which);
+    return mode_ == index_mode::cpu_id ? detail::stack_push<index_mode::cpu_id>(t, kCacheDepth, p)
+                                       : detail::stack_push<index_mode::mm_cid>(t, kCacheDepth, p);
   }
   std::size_t cache_pop_many(std::size_t cls, int which, char** out, std::size_t want) noexcept;
   std::size_t cache_push_many(std::size_t cls, int which, char* const* p, std::size_t n) noexcept;

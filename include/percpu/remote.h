@@ -14,6 +14,7 @@
 #include <system_error>
 #include <type_traits>
 
+#include "percpu/arch/current_result.h"
 #include "percpu/config.h"
 #include "percpu/cpu.h"
 
@@ -100,7 +101,7 @@ class PERCPU_API remote_section {
 
 /// Bit set in a buffer's count word while a remote operation holds the buffer closed. Counts
 /// stay far below it, and sections compare the whole word, so none commits while it is set.
-inline constexpr std::intptr_t kCountClosed = std::intptr_t{1} << 62;
+inline constexpr std::intptr_t kCountClosed = std::intptr_t{1} << arch::kCountClosedBit;
 
 /// Closes the buffer slot of `index` whose sections compare the count word `*count`: sets
 /// kCountClosed with a compare-and-swap, fences the index, and starts over if a section that

@@ -114,10 +114,16 @@ struct alignas(64) hot_state {
   /// in fallback mode, and from the start of a switch to it (which zeroes them before its
   /// fence). A section whose index is at or beyond its bound leaves before any access, so the
   /// one compare both keeps slots inside the index space and stops sections once a switch has
-  /// begun; structures' fast paths therefore read the index without a bound check of their own
-  /// (detail::try_section_index()).
+  /// begun; structures' fast paths, whose current-index sections read the index themselves
+  /// (current_ops.h), therefore need no bound check of their own.
   std::uint32_t cpu_section_bound;
   std::uint32_t mm_section_bound;
+  /// The bound of mm_cid mode's current-index sections (arch/current_ops.h), which read the
+  /// area's own mm_cid field, not the precomputed one: mm_section_bound where the kernel fills
+  /// mm_cid (Linux 6.3+), 0 where it does not, so that those sections leave and the structures'
+  /// slow paths serve mm_cid mode through cpu_id there. Zeroed with the other section bounds.
+  /// cpu_id mode's current-index sections use cpu_section_bound.
+  std::uint32_t mm_cid_field_bound;
 };
 PERCPU_API extern hot_state g_hot;
 
@@ -126,6 +132,15 @@ PERCPU_API extern hot_state g_hot;
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE std::uint32_t& section_bound() noexcept {
   return Field == abi::kOffCpuId ? g_hot.cpu_section_bound : g_hot.mm_section_bound;
+}
+
+/// The section bound of a current-index section reading the area field at `Field`
+/// (abi::kOffCpuId or abi::kOffMmCid).
+template <std::uint32_t Field>
+PERCPU_ALWAYS_INLINE std::uint32_t& current_bound() noexcept {
+  static_assert(Field == abi::kOffCpuId || Field == abi::kOffMmCid,
+                "current-index sections read cpu_id or mm_cid");
+  return Field == abi::kOffCpuId ? g_hot.cpu_section_bound : g_hot.mm_cid_field_bound;
 }
 
 inline constexpr std::uint32_t kRseqMode = 0;

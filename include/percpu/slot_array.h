@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 
+#include "percpu/arch/current_result.h"
 #include "percpu/config.h"
 #include "percpu/cpu.h"
 #include "percpu/topology.h"
@@ -121,6 +122,10 @@ class slot_array {
   int size() const noexcept { return count_; }
   /// Bytes between consecutive slots.
   std::size_t stride() const noexcept { return stride_; }
+  /// Where the slots lie, for the structures' current-index sections (current_ops.h).
+  arch::slot_table table() const noexcept {
+    return {reinterpret_cast<std::uintptr_t>(base_), stride_};
+  }
 
  private:
   std::uintptr_t address(int index) const noexcept {
@@ -198,6 +203,12 @@ class region_array {
 
   /// Number of regions.
   int size() const noexcept { return count_; }
+
+  /// Where the regions lie, `offset` bytes into each: for the current-index sections
+  /// (current_ops.h) on a part of every region.
+  arch::slot_table table(std::size_t offset = 0) const noexcept {
+    return {reinterpret_cast<std::uintptr_t>(base_) + offset, stride_};
+  }
 
   /// Start and length in bytes of its own mapping (for residency statistics); length 0 for
   /// regions taken from a pool (the pool counts those).

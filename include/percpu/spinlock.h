@@ -9,6 +9,7 @@
 #include <string>
 
 #include "percpu/config.h"
+#include "percpu/current_ops.h"
 #include "percpu/ops.h"
 #include "percpu/slot_array.h"
 
@@ -47,17 +48,16 @@ class spinlock {
   /// Takes the lock of the calling thread's current index if it is free: returns the index, or
   /// -1 when another thread holds it.
   PERCPU_ALWAYS_INLINE int try_lock() noexcept {
+    std::intptr_t* word;
     int index;
-    status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
-      s = compare_store<M, detail::rseq_only>(&locks_[index], 0, 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) {
-        acquired();
-        return index;
-      }
-      if (s == status::compare_failed) return -1;
+    const detail::current_result r =
+        detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) {
+      acquired();
+      return index;
     }
-    return try_lock_cold(s);
+    if (r == detail::current_result::miss) return -1;
+    return try_lock_cold(detail::fast_status(r));
   }
 
   /// Releases the lock of `index` (the value lock() returned), from any CPU: one release store.
@@ -111,17 +111,15 @@ class spinlock {
   // again. The cold path returns both too (in two registers), so the caller keeps nothing
   // of its own alive across that call.
   PERCPU_ALWAYS_INLINE held_lock acquire() noexcept {
+    std::intptr_t* word;
     int index;
-    status s = status::compare_failed;  // no attempt
-    if (PERCPU_LIKELY(detail::try_section_index<M>(index))) {
-      std::intptr_t* word = &locks_[index];
-      s = compare_store<M, detail::rseq_only>(word, 0, 1, index);
-      if (PERCPU_LIKELY(s == status::committed)) {
-        acquired();
-        return {word, index};
-      }
+    const detail::current_result r =
+        detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) {
+      acquired();
+      return {word, index};
     }
-    return acquire_cold(s);
+    return acquire_cold(detail::fast_status(r));
   }
   [[gnu::noinline, gnu::cold]] held_lock acquire_cold(status fast) noexcept {
     int index = try_lock_cold(fast);

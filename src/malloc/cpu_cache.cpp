@@ -63,6 +63,11 @@ std::intptr_t* stack_of(int index, std::size_t cls) noexcept {
   return header_of(index) + kOffsets[cls];
 }
 
+// The stacks of `cls` in every index's region, for the generic stack operations.
+percpu::arch::slot_table stacks_of(std::size_t cls) noexcept {
+  return {reinterpret_cast<std::uintptr_t>(stack_of(0, cls)), cache_layout::kRegionBytes};
+}
+
 std::intptr_t* cap_of(int index, std::size_t cls) noexcept {
   return header_of(index) + cache_layout::kCapWord + cls;
 }
@@ -134,15 +139,13 @@ bool cache_init() noexcept {
 
 void* cache_pop(std::size_t cls) noexcept {
   std::intptr_t v = 0;
-  if (!percpu::detail::stack_pop<kMode>([&](int index) { return stack_of(index, cls); }, v))
-    return nullptr;
+  if (!percpu::detail::stack_pop<kMode>(stacks_of(cls), v)) return nullptr;
   return reinterpret_cast<void*>(v);
 }
 
 bool cache_push(std::size_t cls, void* p) noexcept {
   const std::size_t cap = usable_capacity(current_index<kMode>(), cls);
-  return percpu::detail::stack_push<kMode>([&](int index) { return stack_of(index, cls); }, cap,
-                                           reinterpret_cast<std::intptr_t>(p));
+  return percpu::detail::stack_push<kMode>(stacks_of(cls), cap, reinterpret_cast<std::intptr_t>(p));
 }
 
 bool cache_note_miss(std::size_t cls) noexcept {

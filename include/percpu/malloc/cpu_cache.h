@@ -94,8 +94,8 @@ __attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noex
     const auto r = arch::current_stack_pop<cache_layout::kRegionBytes>(
         cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
         first, v);
-    if (PERCPU_LIKELY(r == arch::stack_result::done)) return reinterpret_cast<void*>(v);
-    if (r == arch::stack_result::aborted) percpu::detail::note_abort();  // statistics
+    if (PERCPU_LIKELY(r == arch::current_result::committed)) return reinterpret_cast<void*>(v);
+    if (r == arch::current_result::aborted) percpu::detail::note_abort();  // statistics
   }
 #endif
   (void)cls;
@@ -116,8 +116,8 @@ __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void
     const auto r = arch::current_stack_push<cache_layout::kRegionBytes>(
         cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
         first, cap_offset, v);
-    if (PERCPU_LIKELY(r == arch::stack_result::done)) return true;
-    if (r == arch::stack_result::aborted) percpu::detail::note_abort();
+    if (PERCPU_LIKELY(r == arch::current_result::committed)) return true;
+    if (r == arch::current_result::aborted) percpu::detail::note_abort();
   }
 #endif
   (void)cls;

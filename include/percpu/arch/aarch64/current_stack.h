@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "percpu/arch/aarch64/sections.h"
-#include "percpu/arch/current_stack_result.h"
+#include "percpu/arch/current_result.h"
 #include "percpu/runtime.h"
 
 namespace percpu::arch {
@@ -39,9 +39,9 @@ namespace percpu::arch {
 /// Pops the top entry of the calling thread's index's stack into `out` (pseudocode in
 /// ../x86_64/current_stack.h). `index_off` is the index field's offset from the thread pointer.
 template <std::size_t RegionBytes>
-inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                      std::uint32_t bound, std::intptr_t* first,
-                                      std::intptr_t& out) noexcept {
+inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
+                                        std::uint32_t bound, std::intptr_t* first,
+                                        std::intptr_t& out) noexcept {
   std::intptr_t v;
   asm volatile goto(
       PERCPU_A64_CURRENT_STACK_HEAD
@@ -57,19 +57,19 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
       : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
       : slow, aborted);
   out = v;
-  return stack_result::done;
+  return current_result::committed;
 slow:
-  return stack_result::slow;
+  return current_result::slow;
 aborted:
-  return stack_result::aborted;
+  return current_result::aborted;
 }
 
 /// Pushes `value` onto the calling thread's index's stack if its count is below the capacity
 /// word `cap_offset` bytes from the count (pseudocode in ../x86_64/current_stack.h).
 template <std::size_t RegionBytes>
-inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                       std::uint32_t bound, std::intptr_t* first,
-                                       std::intptr_t cap_offset, std::intptr_t value) noexcept {
+inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
+                                         std::uint32_t bound, std::intptr_t* first,
+                                         std::intptr_t cap_offset, std::intptr_t value) noexcept {
   asm volatile goto(PERCPU_A64_CURRENT_STACK_HEAD
            "ldr x13, [x11, %[cap_offset]]\n\t"
            "cmp x12, x13\n\t"
@@ -86,11 +86,11 @@ inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_of
              [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
            : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
            : slow, aborted);
-  return stack_result::done;
+  return current_result::committed;
 slow:
-  return stack_result::slow;
+  return current_result::slow;
 aborted:
-  return stack_result::aborted;
+  return current_result::aborted;
 }
 
 #undef PERCPU_A64_CURRENT_STACK_HEAD

@@ -285,22 +285,7 @@ PERCPU_ALWAYS_INLINE status compare_memcpy_store(std::intptr_t off, std::intptr_
            PERCPU_A64_INJECT(2)
            "mov x11, %[src]\n\t"
            "mov x12, %[dst]\n\t"
-           "lsr x13, %[len], 3\n\t"
-           "cbz x13, 6f\n\t"
-           "5:\n\t"
-           "ldr x14, [x11], 8\n\t"
-           "str x14, [x12], 8\n\t"
-           "subs x13, x13, 1\n\t"
-           "b.ne 5b\n\t"
-           "6:\n\t"
-           "and x13, %[len], 7\n\t"
-           "cbz x13, 8f\n\t"
-           "7:\n\t"
-           "ldrb w14, [x11], 1\n\t"
-           "strb w14, [x12], 1\n\t"
-           "subs x13, x13, 1\n\t"
-           "b.ne 7b\n\t"
-           "8:\n\t"
+           PERCPU_A64_COPY_LOOP
            PERCPU_A64_INJECT(3)
            "stlr %[newv], %[v]\n\t"
            PERCPU_A64_SECTION_TAIL

@@ -59,3 +59,23 @@
 #define PERCPU_A64_INJECT(n) ""
 #define PERCPU_A64_INJECT_OPERAND
 #endif
+
+/// Copies %[len] bytes (a register) from x11 to x12: 8 bytes at a time, then the 0-7 byte tail
+/// one at a time. Clobbers x11-x14 (labels 5-8: use it where no other label has them).
+#define PERCPU_A64_COPY_LOOP \
+  "lsr x13, %[len], 3\n\t"   \
+  "cbz x13, 6f\n\t"          \
+  "5:\n\t"                   \
+  "ldr x14, [x11], 8\n\t"    \
+  "str x14, [x12], 8\n\t"    \
+  "subs x13, x13, 1\n\t"     \
+  "b.ne 5b\n\t"              \
+  "6:\n\t"                   \
+  "and x13, %[len], 7\n\t"   \
+  "cbz x13, 8f\n\t"          \
+  "7:\n\t"                   \
+  "ldrb w14, [x11], 1\n\t"   \
+  "strb w14, [x12], 1\n\t"   \
+  "subs x13, x13, 1\n\t"     \
+  "b.ne 7b\n\t"              \
+  "8:\n\t"

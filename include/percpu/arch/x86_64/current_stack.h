@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "percpu/arch/current_stack_result.h"
+#include "percpu/arch/current_result.h"
 #include "percpu/arch/x86_64/sections.h"
 #include "percpu/runtime.h"
 
@@ -64,9 +64,9 @@ namespace percpu::arch {
 /// the area (a runtime value, so one instantiation serves both index fields); `bound` the number
 /// of regions after `first`'s index 0.
 template <std::size_t RegionBytes>
-inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                      std::uint32_t bound, std::intptr_t* first,
-                                      std::intptr_t& out) noexcept {
+inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
+                                        std::uint32_t bound, std::intptr_t* first,
+                                        std::intptr_t& out) noexcept {
   std::intptr_t v;
   asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
                     "leaq -1(%%rdx), %%r8\n\t"
@@ -81,11 +81,11 @@ inline stack_result current_stack_pop(std::intptr_t off, std::intptr_t index_off
                     : "rax", "rcx", "rdx", "r8", "memory", "cc"
                     : slow, aborted);
   out = v;
-  return stack_result::done;
+  return current_result::committed;
 slow:
-  return stack_result::slow;
+  return current_result::slow;
 aborted:
-  return stack_result::aborted;
+  return current_result::aborted;
 }
 
 /// Pushes `value` onto the calling thread's index's stack, whose current capacity (at most
@@ -100,9 +100,9 @@ aborted:
 ///   r[n + 1] = value                                  // above the count: nobody reads it yet
 ///   r[0] = n + 1                                      // commit
 template <std::size_t RegionBytes>
-inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                       std::uint32_t bound, std::intptr_t* first,
-                                       std::intptr_t cap_offset, std::intptr_t value) noexcept {
+inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
+                                         std::uint32_t bound, std::intptr_t* first,
+                                         std::intptr_t cap_offset, std::intptr_t value) noexcept {
   asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
            "cmpq (%%rcx,%[cap_offset],1), %%rdx\n\t"
            "jae %l[slow]\n\t"
@@ -115,11 +115,11 @@ inline stack_result current_stack_push(std::intptr_t off, std::intptr_t index_of
              [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
            : "rax", "rcx", "rdx", "memory", "cc"
            : slow, aborted);
-  return stack_result::done;
+  return current_result::committed;
 slow:
-  return stack_result::slow;
+  return current_result::slow;
 aborted:
-  return stack_result::aborted;
+  return current_result::aborted;
 }
 
 #undef PERCPU_X86_CURRENT_STACK_HEAD

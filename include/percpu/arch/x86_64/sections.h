@@ -58,3 +58,29 @@
 #define PERCPU_X86_INJECT(n) ""
 #define PERCPU_X86_INJECT_OPERAND
 #endif
+
+/// Copies %[len] bytes from %rsi to %rdi: 8 bytes at a time, then the 0-7 byte tail one at a
+/// time. Clobbers %rax, %rcx, %rsi, %rdi (labels 5-8: use it where no other label has them).
+#define PERCPU_X86_COPY_LOOP \
+  "movq %[len], %%rcx\n\t"   \
+  "shrq $3, %%rcx\n\t"       \
+  "jz 6f\n\t"                \
+  "5:\n\t"                   \
+  "movq (%%rsi), %%rax\n\t"  \
+  "movq %%rax, (%%rdi)\n\t"  \
+  "addq $8, %%rsi\n\t"       \
+  "addq $8, %%rdi\n\t"       \
+  "decq %%rcx\n\t"           \
+  "jnz 5b\n\t"               \
+  "6:\n\t"                   \
+  "movq %[len], %%rcx\n\t"   \
+  "andq $7, %%rcx\n\t"       \
+  "jz 8f\n\t"                \
+  "7:\n\t"                   \
+  "movb (%%rsi), %%al\n\t"   \
+  "movb %%al, (%%rdi)\n\t"   \
+  "incq %%rsi\n\t"           \
+  "incq %%rdi\n\t"           \
+  "decq %%rcx\n\t"           \
+  "jnz 7b\n\t"               \
+  "8:\n\t"

@@ -1,0 +1,131 @@
+// The fast paths of the per-CPU structures: one current-index section each (arch/current_ops.h),
+// a section that reads the calling thread's index itself, after arming, so the common case is
+// arm, read the index, check it against the section bound, do the work, commit. Whatever the
+// section cannot serve (before initialization, fallback mode, an index beyond the index space,
+// an unregistered area, a slot closed by a drain, an abort) it reports, and the structure's
+// cold path runs the full loop of ops.h (retry(), the index-passing operations, the fallback).
+//
+// Internal to percpu's structures (namespace detail): user code that writes its own operations
+// uses retry() and the operations of ops.h, which take the index as an argument.
+#pragma once
+
+#include "percpu/config.h"  // first: the C++20 check
+
+#include <cstddef>
+#include <cstdint>
+
+#include "percpu/abi.h"
+#include "percpu/arch/current_ops.h"
+#include "percpu/arch/current_result.h"
+#include "percpu/cpu.h"
+#include "percpu/runtime.h"
+#include "percpu/status.h"
+
+namespace percpu::detail {
+
+using arch::current_result;
+using arch::slot_table;
+
+/// The area field a current-index section of mode M reads: cpu_id, or mm_cid itself (on kernels
+/// without mm_cid its section bound is 0, and the cold paths serve mm_cid mode through cpu_id).
+template <index_mode M>
+inline constexpr std::uint32_t kCurrentField =
+    M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
+
+/// Runs `section(off)` with the area's offset, or reports slow before initialization (no offset
+/// yet: an arming store through offset 0 would hit the thread control block). The offset is
+/// written once, from 0 to its final value, so a plain load that reads it nonzero reads it final.
+template <class Section>
+PERCPU_ALWAYS_INLINE current_result with_area(Section&& section) noexcept {
+  const std::intptr_t off = g_hot.rseq_offset;
+  if (PERCPU_UNLIKELY(off == 0)) return current_result::slow;
+  return section(off);
+}
+
+/// What a structure's cold path counts for a fast attempt that ended with `r` (count_fast_attempt
+/// in ops.h): an abort is counted; a section that could not serve here changed no index.
+inline status fast_status(current_result r) noexcept {
+  return r == current_result::aborted ? status::aborted : status::compare_failed;
+}
+
+/// *slot += count on the calling thread's slot of `t`.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_add(slot_table t, std::intptr_t count) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_add<kCurrentField<M>>(off, t, count);
+  });
+}
+
+/// if (*slot == expect) *slot = newv on the calling thread's slot of `t`; miss when it differs.
+/// On commit, `word` is the slot and `index` its index.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_compare_store(slot_table t, std::intptr_t expect,
+                                                          std::intptr_t newv, std::intptr_t*& word,
+                                                          int& index) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_compare_store<kCurrentField<M>>(off, t, expect, newv, word, index);
+  });
+}
+
+/// Pops the first item of the calling thread's list in `t` (slots {head, gate}; items linked
+/// through the word `link` bytes into each) into `item`; miss when the list is empty and open,
+/// slow when a drain has it closed.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_compare_pop(slot_table t, std::ptrdiff_t link,
+                                                        std::intptr_t& item) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_compare_pop<kCurrentField<M>>(off, t, link, item);
+  });
+}
+
+/// Pushes `item` onto the calling thread's list in `t` (as current_compare_pop); slow when a
+/// drain has it closed.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrdiff_t link,
+                                                         std::intptr_t item) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_compare_push<kCurrentField<M>>(off, t, link, item);
+  });
+}
+
+/// Pushes `value` onto the calling thread's stack in `t` (slots {count, entries}) when its
+/// count is below `limit`; miss when full, slow when a drain has it closed.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_array_push(slot_table t, std::uintptr_t limit,
+                                                       std::intptr_t value) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_array_push<kCurrentField<M>>(off, t, limit, value);
+  });
+}
+
+/// Pops the top entry of the calling thread's stack in `t` into `out`; miss when empty, slow
+/// when a drain has it closed.
+template <index_mode M>
+PERCPU_ALWAYS_INLINE current_result current_array_pop(slot_table t, std::intptr_t& out) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_array_pop<kCurrentField<M>>(off, t, out);
+  });
+}
+
+/// Copies `len` bytes from `src` into the record above the count of the calling thread's
+/// record stack in `t` (slots {count, records of RecordStride bytes}) when the count is below
+/// `limit`, committing the raised count; miss when full, slow when a drain has it closed.
+template <index_mode M, std::size_t RecordStride>
+PERCPU_ALWAYS_INLINE current_result current_memcpy_push(slot_table t, std::uintptr_t limit,
+                                                        const void* src, std::size_t len) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_memcpy_push<kCurrentField<M>, RecordStride>(off, t, limit, src, len);
+  });
+}
+
+/// Copies the top record's `len` bytes of the calling thread's record stack in `t` into `dst`
+/// and commits the lowered count; miss when empty, slow when a drain has it closed.
+template <index_mode M, std::size_t RecordStride>
+PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(slot_table t, void* dst,
+                                                       std::size_t len) noexcept {
+  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return arch::current_memcpy_pop<kCurrentField<M>, RecordStride>(off, t, dst, len);
+  });
+}
+
+}  // namespace percpu::detail
