@@ -6,16 +6,19 @@
 // them; the table gives medians, their spread, and percpu's ratio to each.
 #include <fmt/core.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <percpu/percpu.h>
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "bench_ops.h"
 #include "bench_runner.h"
@@ -346,7 +349,32 @@ worst_ratio worst(const std::vector<bench_result>& results, op_who other, int th
   return w;
 }
 
+// Resident bytes per object of percpu's pool, measured as librseq_pool_bytes_per_object().
+std::optional<double> percpu_pool_bytes_per_object() {
+  pool<index_mode::cpu_id> objects;
+  std::vector<percpu_ptr<std::intptr_t, index_mode::cpu_id>> held(kMemoryObjects);
+  const std::size_t before = resident_bytes_now();
+  for (int k = 0; k < kMemoryObjects; ++k) {
+    auto& p = held[static_cast<std::size_t>(k)];
+    p = objects.allocate<std::intptr_t>();
+    for (int i = 0; i < p.slots(); ++i) p[i] = k;
+  }
+  const std::size_t after = resident_bytes_now();
+  for (auto& p : held) objects.free(p);
+  if (before == 0 || after < before) return std::nullopt;
+  return static_cast<double>(after - before) / kMemoryObjects;
+}
+
 }  // namespace
+
+std::size_t resident_bytes_now() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const bool ok = std::fscanf(f, "%lu %lu", &size, &resident) == 2;
+  std::fclose(f);
+  return ok ? resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
 
 int bench_ops(const bench_options& options) {
   if (!can_write(options.json_out)) return 1;
@@ -398,6 +426,17 @@ int bench_ops(const bench_options& options) {
       fmt::print("at 1 thread percpu takes at most {:.2f}x {}'s time ({})\n", w.value,
                  who_name(other), w.row);
   }
+  // Memory per object: after the timed rounds, so their pools' memory is already resident.
+  // -1: not measured.
+  const double ours = percpu_pool_bytes_per_object().value_or(-1);
+  const double theirs =
+      librseq_missing.empty() ? librseq_pool_bytes_per_object(slots).value_or(-1) : -1;
+  auto bytes = [](double b) { return b >= 0 ? fmt::format("{:.1f} B", b) : std::string("-"); };
+  fmt::print(
+      "pool memory per 8-byte object ({} objects, every slot of each written, the process's "
+      "resident growth): percpu {}, librseq {}{}\n",
+      kMemoryObjects, bytes(ours), bytes(theirs),
+      ours >= 0 && theirs > 0 ? fmt::format(" ({:.2f}x)", ours / theirs) : "");
   std::fflush(stdout);
 
   if (!options.json_out.empty()) {
@@ -406,6 +445,8 @@ int bench_ops(const bench_options& options) {
     extra["area"] = to_string(reg.owner);
     extra["minimal_missing"] = minimal_missing;
     extra["librseq_missing"] = librseq_missing;
+    if (ours >= 0) extra["pool_bytes_per_object"]["percpu"] = ours;
+    if (theirs >= 0) extra["pool_bytes_per_object"]["librseq"] = theirs;
     nlohmann::json labels = nlohmann::json::object();
     for (const op_contender& c : contenders) labels[bench_name(c)] = who_name(c.who);
     extra["labels"] = labels;

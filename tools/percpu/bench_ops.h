@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,5 +110,16 @@ std::vector<op_contender> minimal_contenders(int slots, std::string& why_not);
 
 /// librseq's operations (when percpu was built with librseq; else empty, with `why_not`).
 std::vector<op_contender> librseq_contenders(int slots, std::string& why_not);
+
+/// Objects of the memory-per-object measurement: 8-byte per-CPU objects, each slot written.
+inline constexpr int kMemoryObjects = 65536;
+
+/// The process's resident memory now, in bytes (/proc/self/statm), 0 if it cannot be read.
+std::size_t resident_bytes_now();
+
+/// Resident bytes per object of librseq's mempool (stride RSEQ_MEMPOOL_STRIDE, `slots` CPUs):
+/// the process's growth while kMemoryObjects 8-byte objects are allocated and every slot of
+/// each is written, divided by their number; nullopt when percpu was built without librseq.
+std::optional<double> librseq_pool_bytes_per_object(int slots);
 
 }  // namespace percpu::cli

@@ -14,6 +14,7 @@
 #pragma GCC diagnostic pop
 
 #include <cstddef>
+#include <vector>
 
 namespace percpu::cli {
 namespace {
@@ -202,6 +203,27 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
   return out;
 }
 
+std::optional<double> librseq_pool_bytes_per_object(int slots) {
+  rseq_mempool_attr* attr = rseq_mempool_attr_create();
+  rseq_mempool_attr_set_percpu(attr, RSEQ_MEMPOOL_STRIDE, slots);
+  rseq_mempool* pool = rseq_mempool_create("percpu bench ops memory", sizeof(std::intptr_t), attr);
+  rseq_mempool_attr_destroy(attr);
+  if (pool == nullptr) return std::nullopt;
+  std::vector<std::intptr_t __rseq_percpu*> objects(kMemoryObjects);
+  const std::size_t before = resident_bytes_now();
+  for (int k = 0; k < kMemoryObjects; ++k) {
+    objects[static_cast<std::size_t>(k)] =
+        static_cast<std::intptr_t __rseq_percpu*>(rseq_mempool_percpu_zmalloc(pool));
+    for (int cpu = 0; cpu < slots; ++cpu)
+      *rseq_percpu_ptr(objects[static_cast<std::size_t>(k)], cpu) = k;
+  }
+  const std::size_t after = resident_bytes_now();
+  for (auto* p : objects) rseq_mempool_percpu_free(p);
+  rseq_mempool_destroy(pool);
+  if (before == 0 || after < before) return std::nullopt;
+  return static_cast<double>(after - before) / kMemoryObjects;
+}
+
 }  // namespace percpu::cli
 
 #else
@@ -213,6 +235,10 @@ std::vector<op_contender> librseq_contenders(int, std::string& why_not) {
       "librseq not found when percpu was built (pkg-config librseq; the README says how to "
       "build it from its source)";
   return {};
+}
+
+std::optional<double> librseq_pool_bytes_per_object(int) {
+  return std::nullopt;
 }
 
 }  // namespace percpu::cli

@@ -124,9 +124,21 @@ std::string ops_sentence(const nlohmann::json& j) {
   } else {
     text += ". librseq: " + j.value("librseq_missing", std::string("not measured")) + ".";
   }
-  return text +
-         " CPU time per operation, the median of the rounds' ratios (each round runs "
-         "every contender once, back to back).";
+  text +=
+      " CPU time per operation, the median of the rounds' ratios (each round runs "
+      "every contender once, back to back).";
+  if (j.contains("pool_bytes_per_object")) {
+    const nlohmann::json& b = j["pool_bytes_per_object"];
+    if (b.contains("percpu")) {
+      text +=
+          fmt::format(" An 8-byte pool object holds {:.1f} resident bytes with every slot written",
+                      b["percpu"].get<double>());
+      text += b.contains("librseq")
+                  ? fmt::format(" (librseq's mempool: {:.1f}).", b["librseq"].get<double>())
+                  : ".";
+    }
+  }
+  return text;
 }
 
 // "3316x", "6.9x", "0.7x": whole numbers from 10 up, one decimal below.

@@ -43,3 +43,19 @@ enum class current_result {
 };
 
 }  // namespace percpu::arch
+
+/// What every current-index section returns after its asm goto: committed when control falls
+/// through, aborted from the abort handler, slow from the exits to the slow path. Sections that
+/// can miss use PERCPU_CURRENT_RESULTS_WITH_MISS.
+#define PERCPU_CURRENT_RESULTS                      \
+  return ::percpu::arch::current_result::committed; \
+  aborted:                                          \
+  return ::percpu::arch::current_result::aborted;   \
+  slow:                                             \
+  return ::percpu::arch::current_result::slow;
+
+/// PERCPU_CURRENT_RESULTS plus the `miss:` exit: returns miss.
+#define PERCPU_CURRENT_RESULTS_WITH_MISS \
+  PERCPU_CURRENT_RESULTS                 \
+  miss:                                  \
+  return ::percpu::arch::current_result::miss;

@@ -64,11 +64,7 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
                     : PERCPU_A64_CURRENT_OPERANDS(off, t), [count] "r"(count)
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
+  PERCPU_CURRENT_RESULTS
 }
 
 /// compare-and-store: if (*slot == expect) *slot = newv (store-release); on commit, `word` is
@@ -91,13 +87,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slo
                     : aborted, slow, miss);
   word = reinterpret_cast<std::intptr_t*>(slot);
   index = static_cast<int>(at);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// free-list pop, slot {head, gate}: slow when the gate is closed, miss when the list is empty.
@@ -119,13 +109,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow, miss);
   item = head;
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// free-list push, slot {head, gate}: slow when the gate is closed; the store-release commit
@@ -145,11 +129,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
                     : PERCPU_A64_CURRENT_OPERANDS(off, t), [offset] "r"(offset), [item] "r"(item)
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
+  PERCPU_CURRENT_RESULTS
 }
 
 /// array-stack push, slot {count, entries}: after the section, a count at or above `limit` is
@@ -181,13 +161,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
                       [closed_bit] "i"(kCountClosedBit)
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// array-stack pop, slot {count, entries}: after the section, a count minus one at or above
@@ -220,13 +194,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow, miss);
   out = top;
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// record-stack push, slot {count, records of RecordStride bytes} (pseudocode in
@@ -258,13 +226,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
                       [len] "r"(len), [rs] "r"(RecordStride), [closed_bit] "i"(kCountClosedBit)
                     : PERCPU_A64_CURRENT_CLOBBERS, "x13", "x15"
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// record-stack pop, slot {count, records of RecordStride bytes} (pseudocode in
@@ -297,13 +259,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_t
                       [dst] "r"(dst), [len] "r"(len), [rs] "r"(RecordStride)
                     : PERCPU_A64_CURRENT_CLOBBERS, "x13", "x15"
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 #undef PERCPU_A64_CURRENT_HEAD

@@ -81,11 +81,7 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
                     : PERCPU_X86_CURRENT_OPERANDS(off, t), [count] "er"(count)
                     : "rax", "memory", "cc"
                     : aborted, slow);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
+  PERCPU_CURRENT_RESULTS
 }
 
 /// compare-and-store: if (*slot == expect) *slot = newv; on commit, `word` is the slot and
@@ -112,13 +108,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slo
                     : aborted, slow, miss);
   word = reinterpret_cast<std::intptr_t*>(slot);
   index = static_cast<int>(at);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// free-list pop of a list that a remote drainer can close: slot {head, gate}.
@@ -151,13 +141,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_
   PERCPU_X86_WITH_LINK(PERCPU_X86_CURRENT_POP)
 #undef PERCPU_X86_CURRENT_POP
   item = head;
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// free-list push of a list that a remote drainer can close: slot {head, gate}. The link store
@@ -187,11 +171,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
                     : aborted, slow)
   PERCPU_X86_WITH_LINK(PERCPU_X86_CURRENT_PUSH)
 #undef PERCPU_X86_CURRENT_PUSH
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
+  PERCPU_CURRENT_RESULTS
 }
 
 /// array-stack push: slot {count, entries}. The entry store may happen in attempts that then
@@ -228,13 +208,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
                       [value] "r"(value), [closed_bit] "i"(kCountClosedBit)
                     : "rax", "memory", "cc"
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// array-stack pop: slot {count, entries}; `out` is the popped entry on commit.
@@ -269,13 +243,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
                     : "rax", "memory", "cc"
                     : aborted, slow, miss);
   out = top;
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// record-stack push, slot {count, records of RecordStride bytes}: copies `len` bytes from `src`
@@ -314,13 +282,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
                       [len] "ri"(len), [rs] "i"(RecordStride), [closed_bit] "i"(kCountClosedBit)
                     : "rax", "rcx", "rdx", "rsi", "rdi", "memory", "cc"
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 /// record-stack pop, slot {count, records of RecordStride bytes}: copies the top record's `len`
@@ -358,13 +320,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_t
                       [dst] "r"(dst), [len] "ri"(len), [rs] "i"(RecordStride)
                     : "rax", "rcx", "rdx", "rsi", "rdi", "memory", "cc"
                     : aborted, slow, miss);
-  return current_result::committed;
-aborted:
-  return current_result::aborted;
-slow:
-  return current_result::slow;
-miss:
-  return current_result::miss;
+  PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
 #undef PERCPU_X86_CURRENT_HEAD
