@@ -416,6 +416,8 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
       const double r = ours / med(w, "tcmalloc", "throughput");
       criteria[std::string(w) + "_vs_tcmalloc"] = r;
       line += fmt::format(" percpu/tcmalloc {:.2f}x (>= 1.0x {})", r, r >= 1.0 ? "met" : "NOT met");
+    } else {
+      line += " percpu/tcmalloc not measured (tcmalloc did not run)";
     }
     if (!m[w]["mimalloc"]["throughput"].empty()) {
       const double r = ours / med(w, "mimalloc", "throughput");
@@ -423,6 +425,8 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
       criteria[std::string(w) + "_vs_mimalloc"] = {{"throughput", r}, {"peak_rss", rss}};
       line += fmt::format("; /mimalloc {:.2f}x (>= 0.5x {}), RSS {:.2f}x (<= 0.5x {})", r,
                           r >= 0.5 ? "met" : "NOT met", rss, rss <= 0.5 ? "met" : "NOT met");
+    } else {
+      line += "; /mimalloc not measured (mimalloc did not run)";
     }
     fmt::print("{}\n", line);
   }
