@@ -132,7 +132,7 @@ class memcpy_buffer {
   // One attempt of push() and pop() on `index`, for the loops below (fallback mode included);
   // `n` is the count it read. A full, empty or closed buffer (kCountClosed set: above every
   // capacity) is compare_failed without a section.
-  status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
+  PERCPU_ALWAYS_INLINE status push_attempt(const T& record, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (n >= static_cast<std::intptr_t>(capacity_)) return status::compare_failed;
@@ -140,7 +140,7 @@ class memcpy_buffer {
     return compare_memcpy_store<M, commit_order::release>(count, n, record_of(index, n), &record,
                                                           sizeof(T), n + 1, index);
   }
-  status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
+  PERCPU_ALWAYS_INLINE status pop_attempt(T& out, int index, std::intptr_t& n) noexcept {
     std::intptr_t* count = count_of(index);
     n = __atomic_load_n(count, __ATOMIC_RELAXED);
     if (static_cast<std::uintptr_t>(n - 1) >= static_cast<std::uintptr_t>(detail::kCountClosed - 1))

@@ -48,9 +48,6 @@ namespace percpu::arch {
 #define PERCPU_A64_CURRENT_CLOBBERS "x9", "x10", "x11", "x12", "x14", "memory", "cc"
 #define PERCPU_A64_MISS_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[miss]")
 
-/// Counts of entries stay below this (see ../x86_64/current_ops.h).
-inline constexpr std::int64_t kCurrentPopLimit = 0x7FFFFFFF;
-
 /// add: *slot += count.
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
@@ -132,30 +129,23 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
   PERCPU_CURRENT_RESULTS
 }
 
-/// array-stack push, slot {count, entries}: after the section, a count at or above `limit` is
-/// slow when closed (kCountClosedBit set), else miss (full); the store-release commit
-/// publishes the entry.
+/// array-stack push, slot {count, entries}: slow when closed (kCountClosedBit set), miss when
+/// full; the store-release commit publishes the entry. (The two tests branch straight to the
+/// C labels: a conditional branch reaches only 1 MiB, too little for the abort section.)
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_table t,
                                                        std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
   std::uintptr_t slot;
-  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "5f"), "")
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x12, [%[slot]]\n\t"
+                    "tbnz x12, %[closed_bit], %l[slow]\n\t"
                     "cmp x12, %[limit]\n\t"
-                    "b.hs 5f\n\t" PERCPU_A64_INJECT(2)
+                    "b.hs %l[miss]\n\t" PERCPU_A64_INJECT(2)
                     "add x14, %[slot], x12, lsl 3\n\t"
                     "str %[value], [x14, 8]\n\t"
                     "add x12, x12, 1\n\t" PERCPU_A64_INJECT(3)
-                    "stlr x12, [%[slot]]\n\t"
-                    "2:\n\t" PERCPU_A64_ABORT_HANDLER("4")
-                    "b %l[aborted]\n\t"
-                    "5:\n\t"  // out of the text: only b reaches the labels
-                    "tbz x12, %[closed_bit], 6f\n\t"
-                    "b %l[slow]\n\t"
-                    "6:\n\t"
-                    "b %l[miss]\n\t"
-                    ".popsection\n\t"
+                    "stlr x12, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
                     : [slot] "=&r"(slot)
                     : PERCPU_A64_CURRENT_OPERANDS(off, t), [limit] "r"(limit), [value] "r"(value),
                       [closed_bit] "i"(kCountClosedBit)
@@ -164,33 +154,23 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
   PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
-/// array-stack pop, slot {count, entries}: after the section, a count minus one at or above
-/// kCurrentPopLimit is miss when it was 0 (empty), else slow (closed); the lowered count is
-/// committed with a store-release.
+/// array-stack pop, slot {count, entries}: miss when empty, slow when closed; the lowered count
+/// is committed with a store-release.
 template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_table t,
                                                       std::intptr_t& out) noexcept {
   std::uintptr_t slot;
   std::intptr_t top;
-  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "5f"), "")
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x12, [%[slot]]\n\t"
-                    "sub x12, x12, 1\n\t"
-                    "cmp x12, %[limit]\n\t"
-                    "b.hs 5f\n\t" PERCPU_A64_INJECT(2)
+                    "cbz x12, %l[miss]\n\t"
+                    "tbnz x12, %[closed_bit], %l[slow]\n\t"
+                    "sub x12, x12, 1\n\t" PERCPU_A64_INJECT(2)
                     "add x14, %[slot], x12, lsl 3\n\t"
                     "ldr %[top], [x14, 8]\n\t" PERCPU_A64_INJECT(3)
-                    "stlr x12, [%[slot]]\n\t"
-                    "2:\n\t" PERCPU_A64_ABORT_HANDLER("4")
-                    "b %l[aborted]\n\t"
-                    "5:\n\t"  // out of the text: only b reaches the labels
-                    "cmn x12, 1\n\t"
-                    "b.ne 6f\n\t"
-                    "b %l[miss]\n\t"
-                    "6:\n\t"
-                    "b %l[slow]\n\t"
-                    ".popsection\n\t"
+                    "stlr x12, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
                     : [slot] "=&r"(slot), [top] "=&r"(top)
-                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [limit] "r"(kCurrentPopLimit)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [closed_bit] "i"(kCountClosedBit)
                     : PERCPU_A64_CURRENT_CLOBBERS
                     : aborted, slow, miss);
   out = top;
@@ -204,23 +184,16 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
                                                         std::uintptr_t limit, const void* src,
                                                         std::size_t len) noexcept {
   std::uintptr_t slot;
-  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "10f"), "")
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x15, [%[slot]]\n\t"
+                    "tbnz x15, %[closed_bit], %l[slow]\n\t"
                     "cmp x15, %[limit]\n\t"
-                    "b.hs 10f\n\t" PERCPU_A64_INJECT(2)
+                    "b.hs %l[miss]\n\t" PERCPU_A64_INJECT(2)
                     "madd x12, x15, %[rs], %[slot]\n\t"
                     "add x12, x12, 8\n\t"
                     "mov x11, %[src]\n\t" PERCPU_A64_COPY_LOOP
                     "add x15, x15, 1\n\t" PERCPU_A64_INJECT(3)
-                    "stlr x15, [%[slot]]\n\t"
-                    "2:\n\t" PERCPU_A64_ABORT_HANDLER("4")
-                    "b %l[aborted]\n\t"
-                    "10:\n\t"  // out of the text: only b reaches the labels
-                    "tbz x15, %[closed_bit], 11f\n\t"
-                    "b %l[slow]\n\t"
-                    "11:\n\t"
-                    "b %l[miss]\n\t"
-                    ".popsection\n\t"
+                    "stlr x15, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
                     : [slot] "=&r"(slot)
                     : PERCPU_A64_CURRENT_OPERANDS(off, t), [limit] "r"(limit), [src] "r"(src),
                       [len] "r"(len), [rs] "r"(RecordStride), [closed_bit] "i"(kCountClosedBit)
@@ -236,27 +209,18 @@ template <std::uint32_t Field, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_table t, void* dst,
                                                        std::size_t len) noexcept {
   std::uintptr_t slot;
-  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "10f"), "")
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x15, [%[slot]]\n\t"
-                    "sub x15, x15, 1\n\t"
-                    "cmp x15, %[limit]\n\t"
-                    "b.hs 10f\n\t" PERCPU_A64_INJECT(2)
+                    "cbz x15, %l[miss]\n\t"
+                    "tbnz x15, %[closed_bit], %l[slow]\n\t"
+                    "sub x15, x15, 1\n\t" PERCPU_A64_INJECT(2)
                     "madd x11, x15, %[rs], %[slot]\n\t"
                     "add x11, x11, 8\n\t"
                     "mov x12, %[dst]\n\t" PERCPU_A64_COPY_LOOP PERCPU_A64_INJECT(3)
-                    "stlr x15, [%[slot]]\n\t"
-                    "2:\n\t" PERCPU_A64_ABORT_HANDLER("4")
-                    "b %l[aborted]\n\t"
-                    "10:\n\t"  // out of the text: only b reaches the labels
-                    "cmn x15, 1\n\t"
-                    "b.ne 11f\n\t"
-                    "b %l[miss]\n\t"
-                    "11:\n\t"
-                    "b %l[slow]\n\t"
-                    ".popsection\n\t"
+                    "stlr x15, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
                     : [slot] "=&r"(slot)
-                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [limit] "r"(kCurrentPopLimit),
-                      [dst] "r"(dst), [len] "r"(len), [rs] "r"(RecordStride)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [dst] "r"(dst), [len] "r"(len),
+                      [rs] "r"(RecordStride), [closed_bit] "i"(kCountClosedBit)
                     : PERCPU_A64_CURRENT_CLOBBERS, "x13", "x15"
                     : aborted, slow, miss);
   PERCPU_CURRENT_RESULTS_WITH_MISS
