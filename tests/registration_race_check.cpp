@@ -43,12 +43,26 @@ int main() {
   sa.sa_handler = on_signal;
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
-  for (int round = 0; round < 5; ++round) {
-    std::thread t([] { g_sink.fetch_add(percpu::current_cpu()); });  // first use: registers
-    while (registering->load() == 0) {
+  // Five signals inside a registration. On a loaded machine this thread may not run during a
+  // thread's 20 ms window at all: that round is tried again (up to 100 rounds).
+  int landed = 0;
+  for (int round = 0; round < 100 && landed < 5; ++round) {
+    std::atomic<bool> done{false};
+    std::thread t([&done] {
+      g_sink.fetch_add(percpu::current_cpu());  // first use: registers
+      done.store(true);
+    });
+    while (registering->load() == 0 && !done.load()) {
     }
-    pthread_kill(t.native_handle(), SIGUSR1);  // lands inside the 20 ms registration
+    if (!done.load()) {
+      pthread_kill(t.native_handle(), SIGUSR1);  // lands inside the 20 ms registration
+      ++landed;
+    }
     t.join();
+  }
+  if (landed == 0) {
+    std::puts("skipped: no registration window was caught in 100 rounds (a loaded machine)");
+    return 77;
   }
   const bool ok = percpu::fallback_switches() == 0 && percpu::rseq_active();
   std::printf("%s: %u switches to fallback mode, rseq %s%s%s\n", ok ? "ok" : "FAIL",
