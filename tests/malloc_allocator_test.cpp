@@ -187,6 +187,17 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         deallocate(p);
       },
       "invalid pointer \\(in percpu malloc's free memory: already freed\\?\\)");
+  // The last object of a fresh span was never handed out (a batch carves far fewer): its free
+  // tag, written when the span was made, stops the free.
+  EXPECT_DEATH(
+      {
+        void* p = allocate(16);
+        const percpu::malloc_impl::span* s = percpu::malloc_impl::page_heap().span_of(p);
+        const auto& info = percpu::malloc_impl::kClasses[s->size_class];
+        char* last = s->start() + (info.objects_per_span() - 1) * std::size_t{info.size};
+        if (last != p) deallocate(last);
+      },
+      "percpu malloc: free\\(\\): double free, or a pointer that is not allocated");
 }
 
 // Objects allocated on one thread are freed on another, more threads than CPUs: each object

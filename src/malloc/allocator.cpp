@@ -1,5 +1,5 @@
 // percpu malloc's allocation functions (see allocator.h): size class lookup, the per-CPU cache
-// fast paths, batch refills and flushes, the live byte that catches double frees, large
+// fast paths, batch refills and flushes, the free tag that catches double frees, large
 // mappings, and the fatal fault reports.
 #include "percpu/malloc/allocator.h"
 
@@ -63,12 +63,11 @@ class nested {
   std::abort();
 }
 
-// True when small object `index` of `s`, whose tag word holds `word` and whose tag would be
-// `tag`, is held by a user: out of its span's free list (live byte 1) and not in a cache (no
-// tag; free_tag.h).
-inline bool held_by_user(const span& s, std::ptrdiff_t index, std::uint64_t word,
-                         std::uint64_t tag) noexcept {
-  return __atomic_load_n(&s.live[index], __ATOMIC_RELAXED) == 1 && word != tag;
+// True when a small object, whose tag word holds `word` and whose tag would be `tag`, is held by
+// a user: every object not held by one carries its tag (free_tag.h), whether it is in a cache,
+// on its span's free list or not yet handed out.
+inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
+  return word != tag;
 }
 
 // Frees a signal handler could not finish because it interrupted a locked region of this
@@ -244,8 +243,8 @@ void unlock_after_fork() noexcept {
   --t_locks;
 }
 
-// Stops the process with `fault` unless `p` is an object a user holds: a small one with its
-// live byte set and no free tag (held_by_user), or the start of a large one.
+// Stops the process with `fault` unless `p` is an object a user holds: the start of a small one
+// without its free tag (held_by_user), or the start of a large one.
 void check_allocated(const void* p, const char* fault) noexcept {
   const span* s = page_heap().span_of(p);
   if (s == nullptr || s->kind == span::state::free) fatal(fault, p);
@@ -254,7 +253,7 @@ void check_allocated(const void* p, const char* fault) noexcept {
     return;
   }
   const std::ptrdiff_t index = object_index(*s, p);
-  if (index < 0 || !held_by_user(*s, index, free_tag_word(const_cast<void*>(p)), free_tag_of(p)))
+  if (index < 0 || !held_by_user(free_tag_word(const_cast<void*>(p)), free_tag_of(p)))
     fatal(fault, p);
 }
 
@@ -304,24 +303,25 @@ void* allocate(std::size_t size) noexcept {
 
 void deallocate(void* p) noexcept {
   if (p == nullptr) return;
-  span* sp = page_heap().span_of(p);
-  if (PERCPU_UNLIKELY(sp == nullptr || sp->kind != span::state::small))
-    return deallocate_other(p, sp);
-  const span& s = *sp;
-  const std::ptrdiff_t index = object_index(s, p);
-  if (index < 0) fatal("free(): invalid pointer, inside an object", p);
-  // A live byte of 0 means the object is on its span's free list or was never handed out; the
-  // tag means it is in a cache (free_tag.h). Plain loads and stores, no atomic instruction: a
-  // double free is caught whenever the second free starts after the first has tagged the
-  // object (glibc's tcache check has the same reach); two frees of one object racing on two
-  // threads within these few instructions may both pass.
+  // The pagemap entry names the size class and the object's place in its span: the checks and
+  // the push need no load of the span.
+  const std::uintptr_t e = page_heap().entry_of(p);
+  const std::size_t cls = pagemap::entry::size_class(e);
+  if (PERCPU_UNLIKELY(cls == 0)) return deallocate_other(p, pagemap::entry::span_of(e));
+  if (object_index(cls, pagemap::entry::span_start(e, p), p) < 0)
+    fatal("free(): invalid pointer, inside an object", p);
+  // The tag means the object is not a user's: in a cache, on its span's free list, or never
+  // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
+  // caught whenever the second free starts after the first has tagged the object (glibc's
+  // tcache check has the same reach); two frees of one object racing on two threads within
+  // these few instructions may both pass.
   std::uint64_t& word = free_tag_word(p);
   const std::uint64_t tag = free_tag_of(p);
-  if (PERCPU_UNLIKELY(!held_by_user(s, index, word, tag)))
+  if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
     fatal("free(): double free, or a pointer that is not allocated", p);
   word = tag;
-  if (PERCPU_LIKELY(cache_push_fast(s.size_class, p))) return;
-  give_back(s.size_class, p);
+  if (PERCPU_LIKELY(cache_push_fast(cls, p))) return;
+  give_back(cls, p);
 }
 
 void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {

@@ -48,14 +48,14 @@ void unlink(span*& list, span* s) {
 // A new span carved into objects of `cls`, on the nonempty list; nullptr without memory.
 span* new_span(class_state& c, std::size_t cls) {
   const size_class_info& info = kClasses[cls];
-  span* s = page_heap().allocate_span(info.pages);
+  span* s = page_heap().allocate_span(info.pages, cls);
   if (s == nullptr) return nullptr;
-  s->live = static_cast<unsigned char*>(page_heap().metadata_alloc(info.objects_per_span()));
-  if (s->live == nullptr) {
-    page_heap().free_span(s);
-    return nullptr;
-  }
-  s->size_class = static_cast<std::uint8_t>(cls);
+  // Every object starts tagged (free_tag.h): one not yet handed out reads as free, so free()
+  // of it stops the process without a per-object live map. This touches each page that holds
+  // an object's start (for a class whose span has several pages, more than carving one object
+  // would: at most one span per class is partly carved, 392 KiB over all classes).
+  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i)
+    set_free_tag(s->start() + static_cast<std::size_t>(i) * info.size);
   push_front(c.nonempty, s);
   ++c.spans;
   c.free_in_spans += info.objects_per_span();
@@ -73,7 +73,6 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
     ++s->carved;
   }
   // Out of the span: live, and tagged as cached until the allocator hands it to a user.
-  __atomic_store_n(&s->live[object_index(*s, p)], 1, __ATOMIC_RELAXED);
   set_free_tag(p);
   ++s->allocated;
   --c.free_in_spans;
@@ -84,7 +83,6 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
 void give_back(class_state& c, void* p, const size_class_info& info) {
   span* s = page_heap().span_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
-  __atomic_store_n(&s->live[object_index(*s, p)], 0, __ATOMIC_RELAXED);
   *static_cast<void**>(p) = s->free_objects;
   s->free_objects = p;
   --s->allocated;
@@ -94,7 +92,6 @@ void give_back(class_state& c, void* p, const size_class_info& info) {
     unlink(c.nonempty, s);
     --c.spans;
     c.free_in_spans -= info.objects_per_span();
-    page_heap().metadata_free(s->live, info.objects_per_span());
     page_heap().free_span(s);
   }
 }

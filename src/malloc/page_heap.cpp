@@ -67,7 +67,7 @@ unsigned log2_bucket(std::size_t bytes) {
 }  // namespace
 
 page_heap_t g_page_heap;  // stateless: the state is above, zero-initialized
-std::atomic<std::atomic<span*>*> pagemap::g_root[pagemap::kRootEntries];
+std::atomic<std::atomic<std::uintptr_t>*> pagemap::g_root[pagemap::kRootEntries];
 
 void page_heap_t::lock() noexcept {
   pthread_mutex_lock(&g_lock);
@@ -79,16 +79,16 @@ void page_heap_t::unlock() noexcept {
 void page_heap_t::set_pagemap(std::uintptr_t page, span* s) {
   const std::uintptr_t root = page >> kLeafBits;
   if (root >= pagemap::kRootEntries) return;  // above the pagemap: callers see span_of() fail
-  std::atomic<span*>* leaf = g_root[root].load(std::memory_order_relaxed);
+  std::atomic<std::uintptr_t>* leaf = g_root[root].load(std::memory_order_relaxed);
   if (leaf == nullptr) {
-    void* m = mmap(nullptr, kLeafEntries * sizeof(std::atomic<span*>), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* m = mmap(nullptr, kLeafEntries * sizeof(std::atomic<std::uintptr_t>),
+                   PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return;  // callers map leaves before they need them (grow, map_large)
-    leaf = static_cast<std::atomic<span*>*>(m);
-    g_stats.metadata += kLeafEntries * sizeof(std::atomic<span*>);
+    leaf = static_cast<std::atomic<std::uintptr_t>*>(m);
+    g_stats.metadata += kLeafEntries * sizeof(std::atomic<std::uintptr_t>);
     g_root[root].store(leaf, std::memory_order_release);
   }
-  leaf[page & (kLeafEntries - 1)].store(s, std::memory_order_release);
+  leaf[page & (kLeafEntries - 1)].store(pagemap::entry::make(s, page), std::memory_order_release);
 }
 
 void* page_heap_t::meta_alloc_locked(std::size_t bytes) {
@@ -251,12 +251,16 @@ span* page_heap_t::take_free(std::size_t pages) {
   return s;
 }
 
-span* page_heap_t::allocate_span(std::size_t pages) {
-  if (pages == 0) return nullptr;
+span* page_heap_t::allocate_span(std::size_t pages, std::size_t cls) {
+  if (pages == 0 || (cls != 0 && pages > 0xFF) || cls >= kClassCount) return nullptr;
   locked l;
   span* s = take_free(pages);
   if (s == nullptr) return nullptr;
   s->kind = span::state::small;
+  s->size_class = static_cast<std::uint8_t>(cls);
+  // Before the span is published to the central list, its pages' entries carry its class.
+  if (cls != 0)
+    for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, s);
   g_stats.in_use += s->bytes();
   return s;
 }
@@ -280,10 +284,14 @@ span* page_heap_t::join(span* lo, span* hi) {
 void page_heap_t::free_span(span* s) {
   locked l;
   g_stats.in_use -= s->bytes();
+  const bool had_class = s->size_class != 0;
   s->size_class = 0;
   s->free_objects = nullptr;
   s->allocated = s->carved = 0;
-  s->live = nullptr;
+  s->kind = span::state::free;
+  // Its pages' entries lose the class (a merge rewrites only the smaller span's entries).
+  if (had_class)
+    for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, s);
   free_locked(s);
 }
 

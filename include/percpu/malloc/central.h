@@ -46,11 +46,14 @@ std::size_t central_release_transfer(std::size_t cls) noexcept;
 /// Why the multiplication is exact: with m = ceil(2^32 / size) = (2^32 + e) / size, 0 <= e <
 /// size, an offset j * size gives (j * size * m) >> 32 = j + (j * e) >> 32 = j, because
 /// j * e < j * size < 2^32 inside any span; an offset that is not a multiple fails the check.
-inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
-  const size_class_info& info = kClasses[s.size_class];
-  const auto off = static_cast<std::uint64_t>(static_cast<const char*>(p) - s.start());
+inline std::ptrdiff_t object_index(std::size_t cls, std::uintptr_t start, const void* p) noexcept {
+  const size_class_info& info = kClasses[cls];
+  const auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p) - start);
   const std::uint64_t index = (off * info.reciprocal) >> 32;
   return index * info.size == off ? static_cast<std::ptrdiff_t>(index) : -1;
+}
+inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
+  return object_index(s.size_class, reinterpret_cast<std::uintptr_t>(s.start()), p);
 }
 
 /// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes

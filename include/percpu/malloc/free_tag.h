@@ -1,14 +1,13 @@
-// The free tag: how percpu malloc tells an object in one of its caches (per-CPU or transfer)
-// from one a user holds, without looking anything up on the allocation fast path.
+// The free tag: how percpu malloc tells an object a user holds from every other small object,
+// without looking anything up on the allocation fast path.
 //
-// Every small object has a live byte in its span (central.h): 0 while the object sits on its
-// span's free list or was never carved, 1 once it has left the span (held by a user, or in a
-// cache). A cached object also carries a tag in its second word: a per-process random key mixed
-// with its own address. free() stops the process when the live byte is 0 or the tag is present
-// (a double free or a pointer never returned); malloc() clears the tag, one store to the object
-// the caller is about to use, and needs no span lookup. (glibc's tcache marks cached objects
-// with a random key in the same way.) A user's data would have to equal the 64-bit tag of its
-// own address to be mistaken for a cached object.
+// Every small object that no user holds carries a tag in its second word: a per-process random
+// key mixed with its own address. A span's objects are tagged when the span is made (central.cpp),
+// an object keeps its tag in the caches (per-CPU or transfer) and on its span's free list, and
+// malloc() clears it, one store to the object the caller is about to use. free() stops the
+// process when the tag is present: a double free, or a pointer never handed out. (glibc's
+// tcache marks cached objects with a random key in the same way.) A user's data would have to
+// equal the 64-bit tag of its own address to be mistaken for a free object.
 #pragma once
 
 #include <sys/auxv.h>

@@ -38,10 +38,10 @@ struct span {
   span* prev = nullptr;         ///< links of the list the span is on (free lists, central lists)
   span* next = nullptr;
   // Small spans: their objects' bookkeeping, kept by the central free list.
-  void* free_objects = nullptr;     ///< intrusive list of free objects
-  std::uint32_t allocated = 0;      ///< objects out of the span (in caches or with users)
-  std::uint32_t carved = 0;         ///< objects carved so far (the rest never touched)
-  unsigned char* live = nullptr;    ///< a byte per object: 1 while a user holds it
+  void* free_objects = nullptr;  ///< intrusive list of free objects
+  std::uint32_t allocated = 0;   ///< objects out of the span (in caches or with users)
+  std::uint32_t carved = 0;      ///< objects carved so far (the rest never handed out)
+
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for
   std::size_t offset = 0;           ///< large spans: user pointer = start() + offset (alignment)
 
@@ -63,9 +63,11 @@ struct page_heap_stats {
 /// The process's page heap (one instance; see page_heap()).
 class page_heap_t {
  public:
-  /// A span of `pages` pages for a size class (kind small, size_class set by the caller), its
-  /// pages mapped to it in the pagemap. nullptr when out of memory.
-  span* allocate_span(std::size_t pages);
+  /// A span of `pages` pages for size class `cls` (kind small), its pages mapped to it in the
+  /// pagemap, each entry carrying the class and the page's place in the span (pagemap::entry)
+  /// when `cls` is nonzero (then `pages` is at most 255; class 0: a span for tests, whose
+  /// entries carry no class). nullptr when out of memory.
+  span* allocate_span(std::size_t pages, std::size_t cls = 0);
 
   /// Returns a span from allocate_span() to the heap; it coalesces with free neighbours.
   void free_span(span* s);
@@ -92,6 +94,11 @@ class page_heap_t {
   /// The span that holds address `p`, or nullptr if percpu malloc never mapped it. For a large
   /// span only its first page is mapped. Two loads (lock-free; inline: every free uses it).
   span* span_of(const void* p) const noexcept;
+
+  /// The pagemap entry of address `p` (pagemap::entry: its span, and for a page of a small
+  /// span the size class and the page's place in it), 0 if percpu malloc never mapped it. The
+  /// same two loads as span_of(): a free learns the class without loading the span.
+  std::uintptr_t entry_of(const void* p) const noexcept;
 
   /// Returns free spans' memory to the kernel until at most `keep_bytes` of free memory stays
   /// backed; returns the bytes released.
@@ -144,17 +151,46 @@ inline constexpr std::size_t kLeafEntries = std::size_t{1} << kLeafBits;
 inline constexpr std::size_t kRootEntries = std::size_t{1}
                                             << (kUserAddressBits - kPageShift - kLeafBits);
 /// The root: leaves are published with release stores and never unmapped.
-extern std::atomic<std::atomic<span*>*> g_root[kRootEntries];
+extern std::atomic<std::atomic<std::uintptr_t>*> g_root[kRootEntries];
+
+/// A pagemap entry: the span (bits 0-47: a user-space address, below 2^48 on both
+/// architectures), and for a page of a small span its size class (bits 56-63, nonzero) and its
+/// place in the span in pages (bits 48-55), so that a free finds the class, and the object's
+/// offset in its span, with no load of the span. Entries of other spans have class 0.
+struct entry {
+  static constexpr unsigned kPlaceShift = 48;
+  static constexpr unsigned kClassShift = 56;
+  static constexpr std::uintptr_t kSpanMask = (std::uintptr_t{1} << kPlaceShift) - 1;
+
+  static std::uintptr_t make(const span* s, std::uintptr_t page) noexcept {
+    auto e = reinterpret_cast<std::uintptr_t>(s);
+    if (s != nullptr && s->kind == span::state::small && s->size_class != 0)
+      e |= std::uintptr_t{s->size_class} << kClassShift | (page - s->first_page) << kPlaceShift;
+    return e;
+  }
+  static span* span_of(std::uintptr_t e) noexcept { return reinterpret_cast<span*>(e & kSpanMask); }
+  /// The size class of a small span's page; 0 for any other entry.
+  static std::size_t size_class(std::uintptr_t e) noexcept { return e >> kClassShift; }
+  /// The first byte of the small span holding `p`, whose entry is `e`.
+  static std::uintptr_t span_start(std::uintptr_t e, const void* p) noexcept {
+    const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
+    return (page - ((e >> kPlaceShift) & 0xFF)) << kPageShift;
+  }
+};
 
 }  // namespace pagemap
 
-inline span* page_heap_t::span_of(const void* p) const noexcept {
+inline std::uintptr_t page_heap_t::entry_of(const void* p) const noexcept {
   const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
   const std::uintptr_t root = page >> pagemap::kLeafBits;
-  if (root >= pagemap::kRootEntries) return nullptr;
-  std::atomic<span*>* leaf = pagemap::g_root[root].load(std::memory_order_acquire);
-  if (leaf == nullptr) return nullptr;
+  if (root >= pagemap::kRootEntries) return 0;
+  std::atomic<std::uintptr_t>* leaf = pagemap::g_root[root].load(std::memory_order_acquire);
+  if (leaf == nullptr) return 0;
   return leaf[page & (pagemap::kLeafEntries - 1)].load(std::memory_order_acquire);
+}
+
+inline span* page_heap_t::span_of(const void* p) const noexcept {
+  return pagemap::entry::span_of(entry_of(p));
 }
 
 /// The page heap of the process (stateless: its state is zero-initialized at load, so it works
