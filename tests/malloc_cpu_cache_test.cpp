@@ -20,6 +20,15 @@ using namespace percpu::malloc_impl;
 
 constexpr std::size_t kClass = 5;  // 80-byte objects; only addresses are stored here
 
+// The fast paths as the allocator uses them: committed or not (a pop gives nullptr when not).
+bool push_fast(std::size_t cls, void* p) {
+  return cache_push_fast(cls, p) == percpu::arch::current_result::committed;
+}
+void* pop_fast(std::size_t cls) {
+  void* p = nullptr;
+  return cache_pop_fast(cls, p) == percpu::arch::current_result::committed ? p : nullptr;
+}
+
 // Empties every index's caches into the central lists (remote drains).
 void empty_all() {
   for (int i = 0; i < cache_indices(); ++i) cache_drain(i);
@@ -35,8 +44,8 @@ TEST(MallocCpuCache, FastPathsAreLifoAndBounded) {
   ASSERT_TRUE(cache_init());
   if (!percpu::rseq_active()) {
     alignas(16) static char object[16];
-    EXPECT_FALSE(cache_push_fast(kClass, object)) << "fallback mode: the fast paths step aside";
-    EXPECT_EQ(cache_pop_fast(kClass), nullptr);
+    EXPECT_FALSE(push_fast(kClass, object)) << "fallback mode: the fast paths step aside";
+    EXPECT_EQ(pop_fast(kClass), nullptr);
     GTEST_SKIP() << "fallback mode";
   }
   // A migration between two operations moves to another index's stack: run on one CPU.
@@ -52,8 +61,8 @@ TEST(MallocCpuCache, FastPathsAreLifoAndBounded) {
     const std::size_t cap = cache_capacity_of(percpu::current_mm_cid(), kClass);
     EXPECT_EQ(cap, cache_max_capacity(kClass)) << "misses grow the capacity to the stack's room";
     std::vector<char> objects(cap + 1);
-    for (std::size_t i = 0; i < cap; ++i) ASSERT_TRUE(cache_push_fast(kClass, &objects[i])) << i;
-    EXPECT_FALSE(cache_push_fast(kClass, &objects[cap])) << "a full stack declines";
+    for (std::size_t i = 0; i < cap; ++i) ASSERT_TRUE(push_fast(kClass, &objects[i])) << i;
+    EXPECT_FALSE(push_fast(kClass, &objects[cap])) << "a full stack declines";
     EXPECT_EQ(cache_count(kClass), cap);
     // A capacity lowered below what the stack holds (maintenance does that): the generic
     // pushes decline too, and nothing is written past the stack's room.
@@ -67,8 +76,8 @@ TEST(MallocCpuCache, FastPathsAreLifoAndBounded) {
     EXPECT_EQ(cache_push_many(kClass, more, 1), 0u) << "no room left";
     EXPECT_EQ(cache_count(kClass), cap);
     __atomic_store_n(cap_word, saved, __ATOMIC_RELAXED);
-    for (std::size_t i = cap; i-- > 0;) ASSERT_EQ(cache_pop_fast(kClass), &objects[i]) << i;
-    EXPECT_EQ(cache_pop_fast(kClass), nullptr) << "an empty stack declines";
+    for (std::size_t i = cap; i-- > 0;) ASSERT_EQ(pop_fast(kClass), &objects[i]) << i;
+    EXPECT_EQ(pop_fast(kClass), nullptr) << "an empty stack declines";
   });
   t.join();
 }
@@ -85,8 +94,8 @@ TEST(MallocCpuCache, FastPathsLeaveADrainedStackAlone) {
   // What a remote drain does while it owns a stack: the count's closed bit.
   for (int i = 0; i < indices; ++i)
     __atomic_fetch_or(stack_at(i), percpu::detail::kCountClosed, __ATOMIC_SEQ_CST);
-  EXPECT_EQ(cache_pop_fast(kClass), nullptr);
-  EXPECT_FALSE(cache_push_fast(kClass, q));
+  EXPECT_EQ(pop_fast(kClass), nullptr);
+  EXPECT_FALSE(push_fast(kClass, q));
   for (int i = 0; i < indices; ++i)
     __atomic_fetch_and(stack_at(i), ~percpu::detail::kCountClosed, __ATOMIC_SEQ_CST);
   EXPECT_EQ(cache_count(kClass), cached) << "nothing moved while closed";
@@ -106,8 +115,8 @@ TEST(MallocCpuCache, FastPathsStepAsideOnAThreadWhoseAreaIsUnregistered) {
     const std::size_t cached = cache_count(kClass);  // p and the rest of its refill batch
     ASSERT_EQ(percpu::detail::unregister_this_thread(), 0);
     // The kernel has set cpu_id to -1 and mm_cid to 0: a section would run unprotected.
-    EXPECT_EQ(cache_pop_fast(kClass), nullptr);
-    EXPECT_FALSE(cache_push_fast(kClass, q));
+    EXPECT_EQ(pop_fast(kClass), nullptr);
+    EXPECT_FALSE(push_fast(kClass, q));
     EXPECT_EQ(cache_count(kClass), cached) << "nothing moved";
     percpu::malloc_impl::deallocate(q);  // the slow path registers again
     EXPECT_EQ(cache_count(kClass), cached + 1);

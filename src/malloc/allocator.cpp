@@ -128,7 +128,8 @@ void* refill(std::size_t cls) noexcept {
 // The slow path of a small allocation: the per-CPU cache through the generic operations (they
 // register this thread's area, wait out remote drains, retry aborts), a refill, or the central
 // lists. Out of line, so the fast path needs no stack frame.
-__attribute__((noinline)) void* allocate_small(std::size_t cls) noexcept {
+__attribute__((noinline)) void* allocate_small(std::size_t cls, bool fast_aborted) noexcept {
+  if (PERCPU_UNLIKELY(fast_aborted)) percpu::detail::note_abort();  // statistics
   void* p = nullptr;
   if (PERCPU_UNLIKELY(t_locks != 0)) {
     // A signal handler interrupted this thread inside a locked region: no lock may be taken.
@@ -158,7 +159,9 @@ __attribute__((noinline)) void* allocate_small(std::size_t cls) noexcept {
 
 // Returns a freed object: onto this index's stack, growing its capacity or flushing a batch to
 // the central lists when it is at capacity. The slow path of free (out of line, as allocate_small).
-__attribute__((noinline)) void give_back(std::size_t cls, void* p) noexcept {
+__attribute__((noinline)) void give_back(std::size_t cls, void* p,
+                                         bool fast_aborted = false) noexcept {
+  if (PERCPU_UNLIKELY(fast_aborted)) percpu::detail::note_abort();  // statistics
   if (PERCPU_UNLIKELY(t_locks != 0)) {
     // A signal handler inside a locked region (see allocate_small).
     if (!cache_init() || !cache_push(cls, p)) defer_free(p);
@@ -279,12 +282,13 @@ __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
 
 // An object of class `cls`: the per-CPU cache's fast path, else the slow path.
 __attribute__((always_inline)) inline void* allocate_in_class(std::size_t cls) noexcept {
-  void* p = cache_pop_fast(cls);
-  if (PERCPU_LIKELY(p != nullptr)) {
+  void* p;
+  const arch::current_result r = cache_pop_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
     clear_free_tag(p);
     return p;
   }
-  return allocate_small(cls);
+  return allocate_small(cls, r == arch::current_result::aborted);
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
@@ -316,12 +320,13 @@ void deallocate(void* p) noexcept {
   // tcache check has the same reach); two frees of one object racing on two threads within
   // these few instructions may both pass.
   std::uint64_t& word = free_tag_word(p);
-  const std::uint64_t tag = free_tag_of(p);
+  const std::uint64_t tag = span_object_tag_of(p);
   if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
     fatal("free(): double free, or a pointer that is not allocated", p);
   word = tag;
-  if (PERCPU_LIKELY(cache_push_fast(cls, p))) return;
-  give_back(cls, p);
+  const arch::current_result r = cache_push_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) return;
+  give_back(cls, p, r == arch::current_result::aborted);
 }
 
 void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {

@@ -100,7 +100,6 @@ std::atomic<std::intptr_t*> cache_layout::g_regions{nullptr};
 std::atomic<std::intptr_t*> cache_layout::g_fast_regions{nullptr};
 std::intptr_t cache_layout::g_area_offset = 0;
 std::intptr_t cache_layout::g_index_offset = 0;
-std::uint32_t cache_layout::g_index_bound = 0;
 
 bool cache_init() noexcept {
   // During a switch to fallback mode every operation waits for the switch, and the switching
@@ -130,7 +129,6 @@ bool cache_init() noexcept {
   const std::intptr_t off = percpu::detail::g_hot.rseq_offset;
   if (off != 0) {
     cache_layout::g_area_offset = off;
-    cache_layout::g_index_bound = static_cast<std::uint32_t>(indices);
     cache_layout::g_index_offset = percpu::detail::g_hot.mm_cid_index_offset;
     cache_layout::g_fast_regions.store(static_cast<std::intptr_t*>(m), std::memory_order_release);
   }

@@ -74,37 +74,37 @@ extern std::atomic<std::intptr_t*> g_fast_regions;
 /// kernel provides it, else cpu_id): set before g_fast_regions is published, fixed afterwards.
 extern std::intptr_t g_area_offset;
 extern std::intptr_t g_index_offset;
-/// The number of regions: the sections send an index at or beyond it to the slow path.
-extern std::uint32_t g_index_bound;
 
 }  // namespace cache_layout
 
 /// The fast path of cache_pop(): one critical section that reads the index itself. Returns
-/// nullptr whenever it cannot serve (caches not made yet or made in fallback mode, fallback mode,
-/// this thread's area not registered yet, an empty or drained stack, repeated aborts); the caller
-/// then takes the slow path, which handles every one of those.
-__attribute__((always_inline)) inline void* cache_pop_fast(std::size_t cls) noexcept {
+/// committed with the object in `out`, or what stopped it: slow whenever it cannot serve
+/// (caches not made yet or made in fallback mode, fallback mode, this thread's area not
+/// registered yet, an empty or drained stack), aborted after an abort. The caller then takes
+/// the slow path, which handles every one of those, and counts the abort (so that this path
+/// makes no call, and its caller needs no stack frame).
+__attribute__((always_inline)) inline arch::current_result cache_pop_fast(std::size_t cls,
+                                                                          void*& out) noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
   std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
   if (regions != nullptr) {
     std::intptr_t* first = regions + cache_layout::kOffsets[cls];
     std::intptr_t v = 0;
-    // One attempt: after an abort (rare) the slow path retries, keeping this path short enough
-    // to need no stack frame.
     const auto r = arch::current_stack_pop<cache_layout::kRegionBytes>(
-        cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
-        first, v);
-    if (PERCPU_LIKELY(r == arch::current_result::committed)) return reinterpret_cast<void*>(v);
-    if (r == arch::current_result::aborted) percpu::detail::note_abort();  // statistics
+        cache_layout::g_area_offset, cache_layout::g_index_offset, first, v);
+    out = reinterpret_cast<void*>(v);
+    return r;
   }
 #endif
   (void)cls;
-  return nullptr;
+  (void)out;
+  return arch::current_result::slow;
 }
 
-/// The fast path of cache_push(): false whenever it cannot push (as cache_pop_fast(), or a
-/// full stack); the caller then takes the slow path.
-__attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void* p) noexcept {
+/// The fast path of cache_push(): committed, or what stopped it (as cache_pop_fast(); a full
+/// stack is slow too); the caller then takes the slow path.
+__attribute__((always_inline)) inline arch::current_result cache_push_fast(std::size_t cls,
+                                                                           void* p) noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
   std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
   if (regions != nullptr) {
@@ -113,16 +113,13 @@ __attribute__((always_inline)) inline bool cache_push_fast(std::size_t cls, void
     // The capacity word lies at a fixed distance below the stack, in the index's header.
     const auto cap_offset = static_cast<std::intptr_t>(
         (cache_layout::kCapWord + cls - cache_layout::kOffsets[cls]) * sizeof(std::intptr_t));
-    const auto r = arch::current_stack_push<cache_layout::kRegionBytes>(
-        cache_layout::g_area_offset, cache_layout::g_index_offset, cache_layout::g_index_bound,
-        first, cap_offset, v);
-    if (PERCPU_LIKELY(r == arch::current_result::committed)) return true;
-    if (r == arch::current_result::aborted) percpu::detail::note_abort();
+    return arch::current_stack_push<cache_layout::kRegionBytes>(
+        cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v);
   }
 #endif
   (void)cls;
   (void)p;
-  return false;
+  return arch::current_result::slow;
 }
 
 /// Makes the caches ready (maps them, and lets the percpu runtime initialize). Returns false

@@ -50,6 +50,13 @@ inline std::uint64_t free_tag_of(const void* p) noexcept {
   return detail_tag::tag_of(p);
 }
 
+/// The tag of `p`, an object of a span (whose making tagged every object, so the key is set
+/// already): no test of the key, and so no call, on free's fast path.
+inline std::uint64_t span_object_tag_of(const void* p) noexcept {
+  return __atomic_load_n(&detail_tag::g_key, __ATOMIC_RELAXED) ^
+         reinterpret_cast<std::uintptr_t>(p);
+}
+
 /// Marks `p` (an object of at least 16 bytes) as cached.
 inline void set_free_tag(void* p) noexcept {
   static_cast<std::uint64_t*>(p)[1] = detail_tag::tag_of(p);

@@ -13,23 +13,23 @@
 
 namespace percpu::arch {
 
-// Head of both sections: descriptor, area (x10), arming store, the mode check, the registration
-// check (cpu_id negative), the index check (at or beyond `bound`: slow path, as on x86-64),
-// r = first + index * RegionBytes into x11 and its count into x12.
+// Head of both sections: descriptor, area (x10), the registration check (cpu_id negative),
+// arming store, the index check against mm_cid mode's section bound (as on x86-64), r = first +
+// index * RegionBytes into x11 and its count into x12.
 #define PERCPU_A64_CURRENT_STACK_HEAD        \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
-  PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3")  \
-  "1:\n\t" PERCPU_A64_INJECT(1)                \
-  "ldr w9, %[mode]\n\t"                        \
-  "cbnz w9, %l[slow]\n\t"                      \
-  "ldr w9, [x10, 4]\n\t"                       \
-  "tbnz w9, 31, %l[slow]\n\t"                  \
-  "sub x11, x10, %[off]\n\t"                   \
-  "ldr w11, [x11, %[index_off]]\n\t"           \
-  "cmp x11, %[bound]\n\t"                      \
-  "b.hs %l[slow]\n\t"                          \
-  "madd x11, x11, %[rb], %[first]\n\t"         \
+  PERCPU_A64_AREA                            \
+  "ldr w9, [x10, 4]\n\t"                     \
+  "tbnz w9, 31, %l[slow]\n\t"                \
+  PERCPU_A64_ARM_SECTION("3")                \
+  "1:\n\t" PERCPU_A64_INJECT(1)              \
+  "sub x11, x10, %[off]\n\t"                 \
+  "ldr w11, [x11, %[index_off]]\n\t"         \
+  "ldr w9, %[bound]\n\t"                     \
+  "cmp w11, w9\n\t"                          \
+  "b.hs %l[slow]\n\t"                        \
+  "madd x11, x11, %[rb], %[first]\n\t"       \
   "ldr x12, [x11]\n\t"
 
 #define PERCPU_A64_CURRENT_STACK_TAIL \
@@ -40,8 +40,7 @@ namespace percpu::arch {
 /// ../x86_64/current_stack.h). `index_off` is the index field's offset from the thread pointer.
 template <std::size_t RegionBytes>
 inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                        std::uint32_t bound, std::intptr_t* first,
-                                        std::intptr_t& out) noexcept {
+                                        std::intptr_t* first, std::intptr_t& out) noexcept {
   std::intptr_t v;
   asm volatile goto(
       PERCPU_A64_CURRENT_STACK_HEAD
@@ -52,8 +51,8 @@ inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_o
           3) "str x13, [x11]\n\t" PERCPU_A64_CURRENT_STACK_TAIL
       : [v] "=&r"(v)
       : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
-        [bound] "r"(std::uint64_t{bound}), [max] "r"(std::uint64_t{kMaxStackCount}),
-        [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
+        [bound] "Q"(::percpu::detail::g_hot.mm_section_bound),
+        [max] "r"(std::uint64_t{kMaxStackCount})PERCPU_A64_INJECT_OPERAND
       : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
       : slow, aborted);
   out = v;
@@ -68,8 +67,8 @@ aborted:
 /// word `cap_offset` bytes from the count (pseudocode in ../x86_64/current_stack.h).
 template <std::size_t RegionBytes>
 inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                         std::uint32_t bound, std::intptr_t* first,
-                                         std::intptr_t cap_offset, std::intptr_t value) noexcept {
+                                         std::intptr_t* first, std::intptr_t cap_offset,
+                                         std::intptr_t value) noexcept {
   asm volatile goto(PERCPU_A64_CURRENT_STACK_HEAD
            "ldr x13, [x11, %[cap_offset]]\n\t"
            "cmp x12, x13\n\t"
@@ -82,8 +81,8 @@ inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_
            PERCPU_A64_CURRENT_STACK_TAIL
            :
            : [off] "r"(off), [first] "r"(first), [rb] "r"(RegionBytes), [index_off] "r"(index_off),
-             [bound] "r"(std::uint64_t{bound}), [cap_offset] "r"(cap_offset), [value] "r"(value),
-             [mode] "Q"(::percpu::detail::g_hot.fallback)PERCPU_A64_INJECT_OPERAND
+             [bound] "Q"(::percpu::detail::g_hot.mm_section_bound), [cap_offset] "r"(cap_offset),
+             [value] "r"(value)PERCPU_A64_INJECT_OPERAND
            : "x9", "x10", "x11", "x12", "x13", "memory", "cc"
            : slow, aborted);
   return current_result::committed;

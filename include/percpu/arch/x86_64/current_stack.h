@@ -21,28 +21,28 @@
 
 namespace percpu::arch {
 
-// Head of both sections: descriptor, arming store, the mode check (a switch to fallback mode
-// fences sections that began before it), the registration check (cpu_id is negative while this
+// Head of both sections: descriptor, the registration check (cpu_id is negative while this
 // thread's own area is not registered, or after it was unregistered at thread exit, when the
 // kernel leaves mm_cid at 0 and would no longer abort the section; the generic operations
-// handle both), the index check (an index at or beyond `bound`, the number of regions, goes to
-// the slow path, whose index read handles it: sysfs may show fewer CPUs than the kernel
-// reports), r = first + index * RegionBytes into %rcx and its count into %rdx. (%rax is the
-// arming store's and the delay injection's scratch register.)
+// handle both; only the thread itself registers, so it is checked before arming), arming store,
+// the index check against mm_cid mode's section bound (g_hot.mm_section_bound: the number of
+// regions in rseq mode, 0 in fallback mode and from the start of a switch to it, which fences
+// sections that began before; an index at or beyond it goes to the slow path, whose index read
+// handles it: sysfs may show fewer CPUs than the kernel reports), r = first + index *
+// RegionBytes into %rcx and its count into %rdx. (%rax is the arming store's and the delay
+// injection's scratch register.)
 #define PERCPU_X86_CURRENT_STACK_HEAD        \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
+  "cmpl $0, %%fs:4(%[off])\n\t"             \
+  "jl %l[slow]\n\t"                         \
   PERCPU_X86_ARM_SECTION("3", "%[off]")      \
-  "1:\n\t" PERCPU_X86_INJECT(1)                                                 \
-  "cmpl $0, %[mode]\n\t"                                                         \
-  "jnz %l[slow]\n\t"                                                             \
-  "cmpl $0, %%fs:4(%[off])\n\t"\
-  "jl %l[slow]\n\t"\
-  "movl %%fs:(%[index_off]), %%ecx\n\t"\
-  "cmpl %[bound], %%ecx\n\t"\
-  "jae %l[slow]\n\t"\
-  "imulq %[rb], %%rcx, %%rcx\n\t"                                                \
-  "addq %[first], %%rcx\n\t"                                                     \
+  "1:\n\t" PERCPU_X86_INJECT(1)              \
+  "movl %%fs:(%[index_off]), %%ecx\n\t"     \
+  "cmpl %[bound], %%ecx\n\t"                \
+  "jae %l[slow]\n\t"                        \
+  "imulq %[rb], %%rcx, %%rcx\n\t"           \
+  "addq %[first], %%rcx\n\t"                \
   "movq (%%rcx), %%rdx\n\t"
 
 #define PERCPU_X86_CURRENT_STACK_TAIL \
@@ -51,8 +51,8 @@ namespace percpu::arch {
 
 /// Pops the top entry of the calling thread's index's stack into `out`.
 ///
-///   if (fallback || area->cpu_id < 0) return slow
-///   if (area->field >= bound) return slow             // beyond the regions (unsigned)
+///   if (area->cpu_id < 0) return slow                 // before arming
+///   if (area->field >= bound) return slow             // beyond the regions, or not rseq mode
 ///   r = first + area->field * RegionBytes
 ///   n = r[0]
 ///   if (n == 0 || n > kMaxStackCount) return slow    // empty, or closed by a remote drain
@@ -61,25 +61,25 @@ namespace percpu::arch {
 ///
 /// `off` is the area's offset from the thread pointer (nonzero: rseq registered), `index_off`
 /// the offset of the index field (cpu_id or mm_cid) from the thread pointer: off + its offset in
-/// the area (a runtime value, so one instantiation serves both index fields); `bound` the number
-/// of regions after `first`'s index 0.
+/// the area (mm_cid mode's precomputed field, g_hot.mm_cid_index_offset); there is one region per
+/// index of mm_cid mode's index space after `first`'s index 0.
 template <std::size_t RegionBytes>
 inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_off,
-                                        std::uint32_t bound, std::intptr_t* first,
-                                        std::intptr_t& out) noexcept {
+                                        std::intptr_t* first, std::intptr_t& out) noexcept {
   std::intptr_t v;
-  asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
-                    "leaq -1(%%rdx), %%r8\n\t"
-                    "cmpq %[max], %%r8\n\t"
-                    "jae %l[slow]\n\t"
-                    "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
-                        3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
-                    : [v] "=&r"(v)
-                    : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes),
-                      [index_off] "r"(index_off), [bound] "r"(bound), [max] "i"(kMaxStackCount),
-                      [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
-                    : "rax", "rcx", "rdx", "r8", "memory", "cc"
-                    : slow, aborted);
+  asm volatile goto(
+      PERCPU_X86_CURRENT_STACK_HEAD
+      "leaq -1(%%rdx), %%r8\n\t"
+      "cmpq %[max], %%r8\n\t"
+      "jae %l[slow]\n\t"
+      "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
+          3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
+      : [v] "=&r"(v)
+      : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
+        [bound] "m"(::percpu::detail::g_hot.mm_section_bound),
+        [max] "i"(kMaxStackCount)PERCPU_X86_INJECT_OPERAND
+      : "rax", "rcx", "rdx", "r8", "memory", "cc"
+      : slow, aborted);
   out = v;
   return current_result::committed;
 slow:
@@ -92,8 +92,8 @@ aborted:
 /// kMaxStackCount) is the word `cap_offset` bytes from the stack's count (a capacity that another
 /// thread may change at any time: it bounds growth, the stack's room is the caller's).
 ///
-///   if (fallback || area->cpu_id < 0) return slow
-///   if (area->field >= bound) return slow             // beyond the regions (unsigned)
+///   if (area->cpu_id < 0) return slow                 // before arming
+///   if (area->field >= bound) return slow             // beyond the regions, or not rseq mode
 ///   r = first + area->field * RegionBytes
 ///   n = r[0]
 ///   if (n >= *(r + cap_offset)) return slow           // full, or closed by a remote drain
@@ -101,8 +101,8 @@ aborted:
 ///   r[0] = n + 1                                      // commit
 template <std::size_t RegionBytes>
 inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_off,
-                                         std::uint32_t bound, std::intptr_t* first,
-                                         std::intptr_t cap_offset, std::intptr_t value) noexcept {
+                                         std::intptr_t* first, std::intptr_t cap_offset,
+                                         std::intptr_t value) noexcept {
   asm volatile goto(PERCPU_X86_CURRENT_STACK_HEAD
            "cmpq (%%rcx,%[cap_offset],1), %%rdx\n\t"
            "jae %l[slow]\n\t"
@@ -111,8 +111,8 @@ inline current_result current_stack_push(std::intptr_t off, std::intptr_t index_
            "movq %%rdx, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
            :
            : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
-             [bound] "r"(bound), [cap_offset] "r"(cap_offset), [value] "r"(value),
-             [mode] "m"(::percpu::detail::g_hot.fallback)PERCPU_X86_INJECT_OPERAND
+             [bound] "m"(::percpu::detail::g_hot.mm_section_bound), [cap_offset] "r"(cap_offset),
+             [value] "r"(value)PERCPU_X86_INJECT_OPERAND
            : "rax", "rcx", "rdx", "memory", "cc"
            : slow, aborted);
   return current_result::committed;
