@@ -1,5 +1,6 @@
 // percpu malloc's size classes: every size maps to the smallest class that holds it, classes are
-// aligned and increasing, and spans waste at most an eighth of their bytes.
+// aligned and increasing, spans waste at most an eighth of their bytes, and free's object-start
+// check holds exactly at the multiples of the size.
 #include <gtest/gtest.h>
 
 #include <percpu/malloc/size_classes.h>
@@ -37,6 +38,19 @@ TEST(MallocSizeClasses, EverySizeGetsTheSmallestClassThatHoldsIt) {
   }
   EXPECT_EQ(size_class_of(kMaxSmallSize + 1), 0u);
   EXPECT_EQ(size_class_of(SIZE_MAX), 0u);
+}
+
+// free's interior-pointer check: exactly the offsets that are multiples of the class's size, at
+// every byte of every class's span (and a span's worth beyond, for pointers past its end).
+TEST(MallocSizeClasses, ObjectStartsAreExactlyTheMultiplesOfTheSize) {
+  for (std::size_t c = 1; c < kClassCount; ++c) {
+    const std::uint64_t size = kClasses[c].size;
+    const std::uint64_t span = std::uint64_t{kClasses[c].pages} * kPageSize;
+    std::uint64_t wrong = 0;
+    for (std::uint64_t off = 0; off < 2 * span; ++off)
+      if (is_object_start(c, off) != (off % size == 0)) ++wrong;
+    EXPECT_EQ(wrong, 0u) << "class " << c << " size " << size;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "percpu/fork_order.h"
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
+#include "percpu/malloc/fast_path.h"
 #include "percpu/malloc/free_tag.h"
 #include "percpu/malloc/maintenance.h"
 #include "percpu/malloc/page_heap.h"
@@ -38,8 +39,10 @@ class nested {
   nested& operator=(const nested&) = delete;
 };
 
-// Writes "percpu malloc: <what> (0x<p>)" to stderr and aborts, without allocating.
-[[noreturn]] __attribute__((noinline, cold)) void fatal(const char* what, const void* p) noexcept {
+}  // namespace
+
+[[noreturn]] __attribute__((noinline, cold)) void slow::fatal(const char* what,
+                                                              const void* p) noexcept {
   char line[160];
   std::size_t n = 0;
   auto put = [&](const char* s) {
@@ -63,12 +66,8 @@ class nested {
   std::abort();
 }
 
-// True when a small object, whose tag word holds `word` and whose tag would be `tag`, is held by
-// a user: every object not held by one carries its tag (free_tag.h), whether it is in a cache,
-// on its span's free list or not yet handed out.
-inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
-  return word != tag;
-}
+namespace {
+using slow::fatal;
 
 // Frees a signal handler could not finish because it interrupted a locked region of this
 // thread: kept here (an object the allocator still counts as live and tagged as cached) until
@@ -128,7 +127,9 @@ void* refill(std::size_t cls) noexcept {
 // The slow path of a small allocation: the per-CPU cache through the generic operations (they
 // register this thread's area, wait out remote drains, retry aborts), a refill, or the central
 // lists. Out of line, so the fast path needs no stack frame.
-__attribute__((noinline)) void* allocate_small(std::size_t cls, bool fast_aborted) noexcept {
+}  // namespace
+
+__attribute__((noinline)) void* slow::allocate_small(std::size_t cls, bool fast_aborted) noexcept {
   if (PERCPU_UNLIKELY(fast_aborted)) percpu::detail::note_abort();  // statistics
   void* p = nullptr;
   if (PERCPU_UNLIKELY(t_locks != 0)) {
@@ -159,8 +160,8 @@ __attribute__((noinline)) void* allocate_small(std::size_t cls, bool fast_aborte
 
 // Returns a freed object: onto this index's stack, growing its capacity or flushing a batch to
 // the central lists when it is at capacity. The slow path of free (out of line, as allocate_small).
-__attribute__((noinline)) void give_back(std::size_t cls, void* p,
-                                         bool fast_aborted = false) noexcept {
+__attribute__((noinline)) void slow::give_back(std::size_t cls, void* p,
+                                               bool fast_aborted) noexcept {
   if (PERCPU_UNLIKELY(fast_aborted)) percpu::detail::note_abort();  // statistics
   if (PERCPU_UNLIKELY(t_locks != 0)) {
     // A signal handler inside a locked region (see allocate_small).
@@ -185,11 +186,14 @@ __attribute__((noinline)) void give_back(std::size_t cls, void* p,
   central_insert(cls, &p, 1);
 }
 
+namespace {
+
 // Completes a deferred free: a small object, checked and tagged already, goes to the caches;
 // a large one goes back to the page heap (checked there).
 void finish_free(void* p) noexcept {
   span* s = page_heap().span_of(p);
-  if (s != nullptr && s->kind == span::state::small) return give_back(s->size_class, p);
+  if (s != nullptr && s->kind == span::state::small)
+    return slow::give_back(s->size_class, p, false);
   if (!page_heap().free_large(p)) fatal("free(): invalid pointer or double free", p);
 }
 
@@ -265,9 +269,10 @@ std::atomic<void (*)(void*)> g_foreign_free{nullptr};
 std::atomic<void* (*)(void*, std::size_t)> g_foreign_realloc{nullptr};
 std::atomic<std::size_t (*)(void*)> g_foreign_usable_size{nullptr};
 
-// free() of anything but a small object in use: a large allocation, another allocator's block,
-// or a fault.
-__attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
+}  // namespace
+
+__attribute__((noinline)) void slow::deallocate_other(void* p, span* s) noexcept {
+  if (p == nullptr) return;  // free(NULL): its entry reads as class 0 (fast_path.h)
   if (s == nullptr) {
     if (auto next = g_foreign_free.load(std::memory_order_acquire)) return next(p);
     fatal("free(): invalid pointer (not from percpu malloc)", p);
@@ -280,16 +285,11 @@ __attribute__((noinline)) void deallocate_other(void* p, span* s) noexcept {
   maybe_maintain();  // a slow path too
 }
 
-// An object of class `cls`: the per-CPU cache's fast path, else the slow path.
-__attribute__((always_inline)) inline void* allocate_in_class(std::size_t cls) noexcept {
-  void* p;
-  const arch::current_result r = cache_pop_fast(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
-    clear_free_tag(p);
-    return p;
-  }
-  return allocate_small(cls, r == arch::current_result::aborted);
+void* slow::allocate_large_block(std::size_t size) noexcept {
+  return allocate_large(size, kPageSize);
 }
+
+namespace {
 
 __attribute__((constructor)) void register_fork_handlers() {
   if (!percpu::detail::add_allocator_fork_handlers(lock_for_fork, unlock_after_fork,
@@ -300,33 +300,11 @@ __attribute__((constructor)) void register_fork_handlers() {
 }  // namespace
 
 void* allocate(std::size_t size) noexcept {
-  const std::size_t cls = size_class_of(size);
-  if (PERCPU_LIKELY(cls != 0)) return allocate_in_class(cls);
-  return allocate_large(size, kPageSize);
+  return allocate_inline(size);
 }
 
 void deallocate(void* p) noexcept {
-  if (p == nullptr) return;
-  // The pagemap entry names the size class and the object's place in its span: the checks and
-  // the push need no load of the span.
-  const std::uintptr_t e = page_heap().entry_of(p);
-  const std::size_t cls = pagemap::entry::size_class(e);
-  if (PERCPU_UNLIKELY(cls == 0)) return deallocate_other(p, pagemap::entry::span_of(e));
-  if (object_index(cls, pagemap::entry::span_start(e, p), p) < 0)
-    fatal("free(): invalid pointer, inside an object", p);
-  // The tag means the object is not a user's: in a cache, on its span's free list, or never
-  // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
-  // caught whenever the second free starts after the first has tagged the object (glibc's
-  // tcache check has the same reach); two frees of one object racing on two threads within
-  // these few instructions may both pass.
-  std::uint64_t& word = free_tag_word(p);
-  const std::uint64_t tag = span_object_tag_of(p);
-  if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
-    fatal("free(): double free, or a pointer that is not allocated", p);
-  word = tag;
-  const arch::current_result r = cache_push_fast(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) return;
-  give_back(cls, p, r == arch::current_result::aborted);
+  deallocate_inline(p);
 }
 
 void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
@@ -383,7 +361,7 @@ void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
     // alignment is aligned.
     for (std::size_t cls = size_class_of(size < alignment ? alignment : size);
          cls != 0 && cls < kClassCount; ++cls)
-      if (kClasses[cls].size % alignment == 0) return allocate_in_class(cls);
+      if (kClasses[cls].size % alignment == 0) return allocate_inline(kClasses[cls].size);
   }
   return allocate_large(size, alignment);
 }

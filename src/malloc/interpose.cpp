@@ -11,6 +11,7 @@
 #include <new>
 
 #include "percpu/malloc/allocator.h"
+#include "percpu/malloc/fast_path.h"
 #include "percpu/malloc/stats.h"
 #include "percpu/malloc_api.h"
 
@@ -18,12 +19,14 @@ namespace pm = percpu::malloc_impl;
 
 #define PERCPU_EXPORT extern "C" __attribute__((visibility("default")))
 
+// malloc and free, and operator new and delete below, inline the fast paths (fast_path.h): one
+// function each, no jump to another.
 PERCPU_EXPORT void* malloc(std::size_t size) noexcept {
-  return pm::allocate(size);
+  return pm::allocate_inline(size);
 }
 
 PERCPU_EXPORT void free(void* p) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 
 PERCPU_EXPORT void* calloc(std::size_t count, std::size_t size) noexcept {
@@ -137,7 +140,8 @@ __attribute__((destructor)) void print_stats_at_exit() {
 
 namespace {
 
-void* new_or_throw(std::size_t size, std::size_t alignment) {
+// The new-handler loop, after a first try failed (or for an alignment above 16).
+__attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignment) {
   for (;;) {
     void* p = alignment <= 16 ? pm::allocate(size) : pm::allocate_aligned(alignment, size);
     if (p != nullptr) return p;
@@ -145,6 +149,14 @@ void* new_or_throw(std::size_t size, std::size_t alignment) {
     if (handler == nullptr) throw std::bad_alloc();
     handler();
   }
+}
+
+// operator new: the fast path inline, the new-handler loop out of line.
+inline void* new_or_throw(std::size_t size, std::size_t alignment) {
+  if (PERCPU_LIKELY(alignment <= 16)) {
+    if (void* p = pm::allocate_inline(size); PERCPU_LIKELY(p != nullptr)) return p;
+  }
+  return new_retry(size, alignment);
 }
 
 void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
@@ -187,39 +199,39 @@ PERCPU_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t al,
 }
 
 PERCPU_NEW_EXPORT void operator delete(void* p) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }
 PERCPU_NEW_EXPORT void operator delete[](void* p, std::align_val_t,
                                          const std::nothrow_t&) noexcept {
-  pm::deallocate(p);
+  pm::deallocate_inline(p);
 }

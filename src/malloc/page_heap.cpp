@@ -49,6 +49,13 @@ char* map_aligned(std::size_t bytes) {
   void* raw =
       mmap(nullptr, bytes + kPageSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
+  if (raw == nullptr) {
+    // Only where vm.mmap_min_addr is 0. Page 0 must hold no span: free(NULL) reads its pagemap
+    // entry on the fast path (fast_path.h). Its first kernel page stays mapped and unused, so
+    // the retry lands elsewhere.
+    munmap(static_cast<char*>(raw) + 4096, bytes + kPageSize - 4096);
+    return map_aligned(bytes);
+  }
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t aligned = (start + kPageSize - 1) & ~(kPageSize - 1);
   if (aligned > start) munmap(raw, aligned - start);

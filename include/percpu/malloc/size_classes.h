@@ -79,6 +79,26 @@ constexpr std::array<size_class_info, kClassCount> make_classes() {
 inline constexpr std::array<size_class_info, kClassCount> kClasses = detail::make_classes();
 
 namespace detail {
+// ceil(2^64 / size) per class (0 for class 0): the constant of is_object_start().
+constexpr std::array<std::uint64_t, kClassCount> make_start_checks() {
+  std::array<std::uint64_t, kClassCount> c{};
+  for (std::size_t i = 1; i < kClassCount; ++i) c[i] = UINT64_MAX / kClasses[i].size + 1;
+  return c;
+}
+inline constexpr auto kStartChecks = make_start_checks();
+}  // namespace detail
+
+/// Whether `offset` (bytes from its span's first byte; below 2^32) is a multiple of class
+/// `cls`'s size, that is, the start of an object. One multiply and a compare, no division:
+/// with c = ceil(2^64 / size), offset * c mod 2^64 < c exactly when size divides offset, for
+/// every offset and size below 2^32 (Lemire, Kaser and Kurz, "Faster remainder by direct
+/// computation", 2019). free's interior-pointer check, on its fast path.
+inline bool is_object_start(std::size_t cls, std::uint64_t offset) noexcept {
+  const std::uint64_t c = detail::kStartChecks[cls];
+  return offset * c < c;
+}
+
+namespace detail {
 
 // Lookup tables: sizes up to 1024 in steps of 16, larger ones in steps of 128.
 inline constexpr std::size_t kSmallStep = 16, kLargeStep = 128, kSmallLimit = 1024;
