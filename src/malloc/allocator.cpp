@@ -66,6 +66,10 @@ class nested {
   std::abort();
 }
 
+void slow::free_fault(const char* what, const void* p) noexcept {
+  fatal(what, p);
+}
+
 namespace {
 using slow::fatal;
 
@@ -184,6 +188,10 @@ __attribute__((noinline)) void slow::give_back(std::size_t cls, void* p,
     }
   }
   central_insert(cls, &p, 1);
+}
+
+__attribute__((noinline)) void slow::give_back_freed(void* p, bool fast_aborted) noexcept {
+  give_back(pagemap::entry::size_class(page_heap().entry_of(p)), p, fast_aborted);
 }
 
 namespace {

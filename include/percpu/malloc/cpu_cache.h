@@ -61,19 +61,32 @@ constexpr std::array<std::size_t, kClassCount + 1> make_offsets() {
   return o;
 }
 inline constexpr auto kOffsets = make_offsets();
+/// Each class's capacity word relative to its stack's count word, in bytes (the fast push's
+/// operand, a table load rather than arithmetic on kOffsets).
+constexpr std::array<std::intptr_t, kClassCount> make_cap_offsets() {
+  std::array<std::intptr_t, kClassCount> o{};
+  for (std::size_t c = 1; c < kClassCount; ++c)
+    o[c] = (static_cast<std::intptr_t>(kCapWord + c) - static_cast<std::intptr_t>(kOffsets[c])) *
+           static_cast<std::intptr_t>(sizeof(std::intptr_t));
+  return o;
+}
+inline constexpr auto kCapOffsets = make_cap_offsets();
 /// An index's region, rounded up to whole cache lines.
 inline constexpr std::size_t kRegionWords = (kOffsets[kClassCount] + 7) / 8 * 8;
 inline constexpr std::size_t kRegionBytes = kRegionWords * sizeof(std::intptr_t);
 
+// Hidden (the library's own): the fast paths load them PC-relative, not through the GOT.
+#define PERCPU_MALLOC_HIDDEN __attribute__((visibility("hidden")))
+
 /// The regions of all indices (index i's at i * kRegionWords); null until cache_init().
-extern std::atomic<std::intptr_t*> g_regions;
+extern PERCPU_MALLOC_HIDDEN std::atomic<std::intptr_t*> g_regions;
 /// g_regions again, for the fast paths: published only when the process has an rseq area,
 /// after the two offsets below.
-extern std::atomic<std::intptr_t*> g_fast_regions;
+extern PERCPU_MALLOC_HIDDEN std::atomic<std::intptr_t*> g_fast_regions;
 /// The rseq area's offset from the thread pointer, and the index field's (mm_cid where the
 /// kernel provides it, else cpu_id): set before g_fast_regions is published, fixed afterwards.
-extern std::intptr_t g_area_offset;
-extern std::intptr_t g_index_offset;
+extern PERCPU_MALLOC_HIDDEN std::intptr_t g_area_offset;
+extern PERCPU_MALLOC_HIDDEN std::intptr_t g_index_offset;
 
 }  // namespace cache_layout
 
@@ -111,8 +124,7 @@ __attribute__((always_inline)) inline arch::current_result cache_push_fast(std::
     std::intptr_t* first = regions + cache_layout::kOffsets[cls];
     const auto v = reinterpret_cast<std::intptr_t>(p);
     // The capacity word lies at a fixed distance below the stack, in the index's header.
-    const auto cap_offset = static_cast<std::intptr_t>(
-        (cache_layout::kCapWord + cls - cache_layout::kOffsets[cls]) * sizeof(std::intptr_t));
+    const std::intptr_t cap_offset = cache_layout::kCapOffsets[cls];
     return arch::current_stack_push<cache_layout::kRegionBytes>(
         cache_layout::g_area_offset, cache_layout::g_index_offset, first, cap_offset, v);
   }

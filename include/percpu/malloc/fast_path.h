@@ -19,6 +19,10 @@ namespace slow {
 /// Writes "percpu malloc: <what> (0x<p>)" to stderr and aborts, without allocating.
 [[noreturn]] void fatal(const char* what, const void* p) noexcept;
 
+/// fatal() for free's fast path. It never returns either, but is not declared noreturn, so that
+/// the fast path reaches it with a jump and needs no stack frame for a call.
+void free_fault(const char* what, const void* p) noexcept;
+
 /// A small object of class `cls` when the cache's section did not commit; `fast_aborted` says
 /// the section aborted (counted in the statistics). NULL with ENOMEM when out of memory.
 void* allocate_small(std::size_t cls, bool fast_aborted) noexcept;
@@ -29,6 +33,10 @@ void* allocate_large_block(std::size_t size) noexcept;
 /// Returns small object `p` of class `cls`, checked and tagged already, when the cache's
 /// section did not commit (full, closed, aborted).
 void give_back(std::size_t cls, void* p, bool fast_aborted) noexcept;
+
+/// give_back() of `p` after free's section did not commit: the class is read again from the
+/// pagemap, so that the fast path keeps no register for it across the section.
+void give_back_freed(void* p, bool fast_aborted) noexcept;
 
 /// free() of what the pagemap does not name as a small object: NULL, a large block, another
 /// allocator's block (to the foreign allocator) or a fault. `s` is the entry's span, if any.
@@ -46,8 +54,14 @@ inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
 /// malloc(size): an object of the smallest class holding `size` bytes from the per-CPU cache,
 /// else the slow paths. NULL with ENOMEM when out of memory.
 __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) noexcept {
-  const std::size_t cls = size_class_of(size);
-  if (PERCPU_UNLIKELY(cls == 0)) return slow::allocate_large_block(size);
+  std::size_t cls;
+  if (PERCPU_LIKELY(size <= detail::kSmallLimit)) {
+    cls = detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
+    if (cls == 0) __builtin_unreachable();  // every size up to kSmallLimit has a class
+  } else {
+    cls = size_class_of(size);
+    if (PERCPU_UNLIKELY(cls == 0)) return slow::allocate_large_block(size);
+  }
   void* p;
   const arch::current_result r = cache_pop_fast(cls, p);
   if (PERCPU_LIKELY(r == arch::current_result::committed)) {
@@ -66,10 +80,8 @@ __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
   const std::uintptr_t e = page_heap().entry_of(p);
   const std::size_t cls = pagemap::entry::size_class(e);
   if (PERCPU_UNLIKELY(cls == 0)) return slow::deallocate_other(p, pagemap::entry::span_of(e));
-  const std::uintptr_t offset =
-      reinterpret_cast<std::uintptr_t>(p) - pagemap::entry::span_start(e, p);
-  if (PERCPU_UNLIKELY(!is_object_start(cls, offset)))
-    slow::fatal("free(): invalid pointer, inside an object", p);
+  if (PERCPU_UNLIKELY(!is_object_start(cls, pagemap::entry::offset_in_span(e, p))))
+    return slow::free_fault("free(): invalid pointer, inside an object", p);
   // The tag means the object is not a user's: in a cache, on its span's free list, or never
   // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
   // caught whenever the second free starts after the first has tagged the object (glibc's
@@ -78,11 +90,11 @@ __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
   std::uint64_t& word = free_tag_word(p);
   const std::uint64_t tag = span_object_tag_of(p);
   if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
-    slow::fatal("free(): double free, or a pointer that is not allocated", p);
+    return slow::free_fault("free(): double free, or a pointer that is not allocated", p);
   word = tag;
   const arch::current_result r = cache_push_fast(cls, p);
   if (PERCPU_LIKELY(r == arch::current_result::committed)) return;
-  slow::give_back(cls, p, r == arch::current_result::aborted);
+  slow::give_back_freed(p, r == arch::current_result::aborted);
 }
 
 }  // namespace percpu::malloc_impl

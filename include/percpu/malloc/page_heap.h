@@ -176,6 +176,13 @@ struct entry {
     const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
     return (page - ((e >> kPlaceShift) & 0xFF)) << kPageShift;
   }
+  /// The offset of `p` from the first byte of its small span, whose entry is `e`: its offset in
+  /// its page plus the page's place, shifted into bytes straight from the entry's bits.
+  static std::uintptr_t offset_in_span(std::uintptr_t e, const void* p) noexcept {
+    constexpr std::uintptr_t kPlaceBytes = std::uintptr_t{0xFF} << kPageShift;
+    return (reinterpret_cast<std::uintptr_t>(p) & (kPageSize - 1)) +
+           ((e >> (kPlaceShift - kPageShift)) & kPlaceBytes);
+  }
 };
 
 }  // namespace pagemap

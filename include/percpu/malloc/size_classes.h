@@ -119,6 +119,15 @@ constexpr std::array<std::uint8_t, N> make_lookup() {
 inline constexpr auto kSmallLookup = make_lookup<kSmallLimit / kSmallStep + 1, kSmallStep>();
 inline constexpr auto kLargeLookup = make_lookup<kMaxSmallSize / kLargeStep + 1, kLargeStep>();
 
+constexpr bool every_entry_has_a_class(
+    const std::array<std::uint8_t, kSmallLimit / kSmallStep + 1>& t) {
+  for (std::uint8_t c : t)
+    if (c == 0) return false;
+  return true;
+}
+// malloc's fast path relies on it (fast_path.h: no test of class 0 for small sizes).
+static_assert(every_entry_has_a_class(kSmallLookup));
+
 }  // namespace detail
 
 /// The class of an allocation of `size` bytes: the smallest class at least that big, or 0 for

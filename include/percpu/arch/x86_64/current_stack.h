@@ -72,13 +72,16 @@ inline current_result current_stack_pop(std::intptr_t off, std::intptr_t index_o
       "leaq -1(%%rdx), %%r8\n\t"
       "cmpq %[max], %%r8\n\t"
       "jae %l[slow]\n\t"
-      "movq (%%rcx,%%rdx,8), %[v]\n\t" PERCPU_X86_INJECT(
-          3) "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
-      : [v] "=&r"(v)
+      PERCPU_X86_INJECT(3)
+      "movq (%%rcx,%%rdx,8), %[v]\n\t"
+      "movq %%r8, (%%rcx)\n\t" PERCPU_X86_CURRENT_STACK_TAIL
+      // The entry comes out in %rax, free once the arming store is done (the delay injection,
+      // which uses it too, runs before the load): no callee-saved register, so no stack frame.
+      : [v] "=&a"(v)
       : [off] "r"(off), [first] "r"(first), [rb] "i"(RegionBytes), [index_off] "r"(index_off),
         [bound] "m"(::percpu::detail::g_hot.mm_section_bound),
         [max] "i"(kMaxStackCount)PERCPU_X86_INJECT_OPERAND
-      : "rax", "rcx", "rdx", "r8", "memory", "cc"
+      : "rcx", "rdx", "r8", "memory", "cc"
       : slow, aborted);
   out = v;
   return current_result::committed;
