@@ -198,6 +198,18 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         if (last != p) deallocate(last);
       },
       "percpu malloc: free\\(\\): double free, or a pointer that is not allocated");
+  // Past the last object of a span whose size leaves a tail (112 B in one page: 73 objects and
+  // 16 bytes): the multiple of the size there is no object, and an object there would overlap
+  // the next span.
+  EXPECT_DEATH(
+      {
+        void* p = allocate(112);
+        const percpu::malloc_impl::span* s = percpu::malloc_impl::page_heap().span_of(p);
+        const auto& info = percpu::malloc_impl::kClasses[s->size_class];
+        if (s->bytes() % info.size == 0) std::abort();  // no tail: the test would not test
+        deallocate(s->start() + std::size_t{info.objects_per_span()} * info.size);
+      },
+      "percpu malloc: free\\(\\): invalid pointer, inside an object");
 }
 
 // Objects allocated on one thread are freed on another, more threads than CPUs: each object

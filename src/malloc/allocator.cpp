@@ -345,7 +345,8 @@ void* reallocate(void* p, std::size_t size) noexcept {
     if (auto next = g_foreign_realloc.load(std::memory_order_acquire)) return next(p, size);
   }
   check_allocated(p, "realloc(): invalid pointer, or one already freed");
-  const std::size_t old = usable_size(p);
+  const std::size_t old =
+      s->kind == span::state::large ? s->bytes() - s->offset : kClasses[s->size_class].size;
   if (size_class_of(size) == 0 && s->kind == span::state::large)
     return reallocate_large(p, size, old);
   if (size <= old && size >= old / 2) return p;
@@ -384,6 +385,9 @@ std::size_t usable_size(const void* p) noexcept {
   if (s == nullptr || s->kind == span::state::free)
     fatal("malloc_usable_size(): invalid pointer (not from percpu malloc, or freed)", p);
   if (s->kind == span::state::large) return s->bytes() - s->offset;
+  // A small object must be one a user holds, as for realloc: an interior pointer, the span's
+  // tail or a freed object stops the process rather than report a size.
+  check_allocated(p, "malloc_usable_size(): invalid pointer, inside an object, or not allocated");
   return kClasses[s->size_class].size;
 }
 

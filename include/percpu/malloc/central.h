@@ -50,7 +50,10 @@ inline std::ptrdiff_t object_index(std::size_t cls, std::uintptr_t start, const 
   const size_class_info& info = kClasses[cls];
   const auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p) - start);
   const std::uint64_t index = (off * info.reciprocal) >> 32;
-  return index * info.size == off ? static_cast<std::ptrdiff_t>(index) : -1;
+  // A multiple of the size in the span's tail is no object either (it would end past the span).
+  return index * info.size == off && index < info.objects_per_span()
+             ? static_cast<std::ptrdiff_t>(index)
+             : -1;
 }
 inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
   return object_index(s.size_class, reinterpret_cast<std::uintptr_t>(s.start()), p);

@@ -81,7 +81,8 @@ __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
   const std::size_t cls = pagemap::entry::size_class(e);
   if (PERCPU_UNLIKELY(cls == 0)) return slow::deallocate_other(p, pagemap::entry::span_of(e));
   if (PERCPU_UNLIKELY(!is_object_start(cls, pagemap::entry::offset_in_span(e, p))))
-    return slow::free_fault("free(): invalid pointer, inside an object", p);
+    return slow::free_fault("free(): invalid pointer, inside an object or past its span's last one",
+                            p);
   // The tag means the object is not a user's: in a cache, on its span's free list, or never
   // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
   // caught whenever the second free starts after the first has tagged the object (glibc's

@@ -79,23 +79,32 @@ constexpr std::array<size_class_info, kClassCount> make_classes() {
 inline constexpr std::array<size_class_info, kClassCount> kClasses = detail::make_classes();
 
 namespace detail {
-// ceil(2^64 / size) per class (0 for class 0): the constant of is_object_start().
-constexpr std::array<std::uint64_t, kClassCount> make_start_checks() {
-  std::array<std::uint64_t, kClassCount> c{};
-  for (std::size_t i = 1; i < kClassCount; ++i) c[i] = UINT64_MAX / kClasses[i].size + 1;
+// is_object_start()'s constants of a class, side by side (one line of the table): ceil(2^64 /
+// size), and the bytes of the span's objects (objects_per_span * size), beyond which lies the
+// span's tail, shorter than an object. Zero for class 0.
+struct start_check {
+  std::uint64_t multiplier;
+  std::uint64_t objects_bytes;
+};
+constexpr std::array<start_check, kClassCount> make_start_checks() {
+  std::array<start_check, kClassCount> c{};
+  for (std::size_t i = 1; i < kClassCount; ++i)
+    c[i] = {UINT64_MAX / kClasses[i].size + 1,
+            std::uint64_t{kClasses[i].objects_per_span()} * kClasses[i].size};
   return c;
 }
 inline constexpr auto kStartChecks = make_start_checks();
 }  // namespace detail
 
-/// Whether `offset` (bytes from its span's first byte; below 2^32) is a multiple of class
-/// `cls`'s size, that is, the start of an object. One multiply and a compare, no division:
-/// with c = ceil(2^64 / size), offset * c mod 2^64 < c exactly when size divides offset, for
-/// every offset and size below 2^32 (Lemire, Kaser and Kurz, "Faster remainder by direct
+/// Whether `offset` (bytes from its span's first byte; below 2^32) is the start of an object of
+/// class `cls`: a multiple of its size, and not in the span's tail (where an object would run
+/// into the next span). The multiple test takes one multiply and a compare, no division: with
+/// c = ceil(2^64 / size), offset * c mod 2^64 < c exactly when size divides offset, for every
+/// offset and size below 2^32 (Lemire, Kaser and Kurz, "Faster remainder by direct
 /// computation", 2019). free's interior-pointer check, on its fast path.
 inline bool is_object_start(std::size_t cls, std::uint64_t offset) noexcept {
-  const std::uint64_t c = detail::kStartChecks[cls];
-  return offset * c < c;
+  const detail::start_check& k = detail::kStartChecks[cls];
+  return (offset * k.multiplier < k.multiplier) & (offset < k.objects_bytes);
 }
 
 namespace detail {
