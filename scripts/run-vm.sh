@@ -8,15 +8,17 @@
 # hot-adds one through qemu's monitor while the stress runs. Results come back over the serial
 # console.
 #
-# Usage: scripts/run-vm.sh [--suite bookworm|trixie|sid] [--layout numa|hotplug] [--full]
-#                          [--command 'CMD']
+# Usage: scripts/run-vm.sh [--suite bookworm|trixie|sid] [--layout numa|hotplug|small] [--full]
+#                          [--kernel IMAGE] [--command 'CMD']
 #   --suite    the Debian suite whose cloud-amd64 kernel boots (default: sid, the newest, for
 #              the numa layout; bookworm for the hotplug layout, see below)
+#   --kernel   boots this kernel image instead of a Debian one (scripts/build-slice-kernel.sh's)
 #   --layout   numa: 8 CPUs in 2 NUMA nodes (default); hotplug: 6 of 16 possible CPUs online in
 #              2 nodes, CPU 3 taken offline, a CPU hot-added during the stress, and a second
 #              stress pinned to it and CPU 0. Trixie's 6.12 and sid's 7.2 kernels do not count
 #              the absent CPUs of this machine's qemu (7.2) as possible (its ACPI table lacks
-#              the online-capable flag), so the hotplug layout needs bookworm's 6.1 here
+#              the online-capable flag), so the hotplug layout needs bookworm's 6.1 here;
+#              small: 2 CPUs, one node, 2 GiB (a kernel without NUMA, as a --kernel one)
 #   --full     every test (default: the short form, filters below)
 #   --command  runs CMD in the VM instead of the steps ($b, $s: the two build trees)
 # Kernels come from Debian's archive through scripts/debian-fetch.sh (this machine's apt
@@ -25,19 +27,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-suite= layout=numa full=0 command=
-usage="usage: $0 [--suite SUITE] [--layout numa|hotplug] [--full] [--command 'CMD']"
+suite= layout=numa full=0 command= image=
+usage="usage: $0 [--suite SUITE] [--layout numa|hotplug|small] [--full] [--kernel IMAGE] [--command 'CMD']"
 while [ $# -gt 0 ]; do
   case $1 in
     --suite) [ $# -ge 2 ] && [ -n "$2" ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     --layout) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; layout=$2; shift ;;
     --full) full=1 ;;
     --command) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; command=$2; shift ;;
+    --kernel) [ $# -ge 2 ] && [ -f "$2" ] || { echo "$usage (--kernel: an image file)" >&2; exit 2; }
+      image=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
   shift
 done
-case $layout in numa|hotplug) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case $layout in numa|hotplug|small) ;; *) echo "$usage" >&2; exit 2 ;; esac
 if [ -z "$suite" ]; then [ "$layout" = numa ] && suite=sid || suite=bookworm; fi
 
 # The short form leaves out what takes minutes each under emulation (as run-aarch64.sh): the
@@ -65,9 +69,15 @@ fi
 # --- the kernel: the suite's cloud-amd64 image, unpacked (not installed); first, so that a
 # suite the archive lacks fails before the builds ---
 cache=$root/build/vm/cache
-vm=$root/build/vm/$suite-$layout
-kernel=$(scripts/debian-kernel.sh "$cache" "$suite" amd64 cloud-amd64 "$vm/kernel")
-deb=$(sed -n 1p <<< "$kernel") vmlinuz=$(sed -n 2p <<< "$kernel")
+if [ -n "$image" ]; then
+  vm=$root/build/vm/custom-$layout
+  mkdir -p "$vm"
+  deb=$image vmlinuz=$image
+else
+  vm=$root/build/vm/$suite-$layout
+  kernel=$(scripts/debian-kernel.sh "$cache" "$suite" amd64 cloud-amd64 "$vm/kernel")
+  deb=$(sed -n 1p <<< "$kernel") vmlinuz=$(sed -n 2p <<< "$kernel")
+fi
 
 # --- the build trees ---
 cmake --preset release >/dev/null
@@ -213,6 +223,9 @@ append="console=ttyS0 quiet panic=-1"
 if [ "$layout" = numa ]; then
   smp=(-smp 8,sockets=2,cores=4,threads=1)
   nodes+=(-numa node,nodeid=0,cpus=0-3,memdev=m0 -numa node,nodeid=1,cpus=4-7,memdev=m1)
+elif [ "$layout" = small ]; then
+  smp=(-smp 2)
+  nodes=()
 else
   # Four sockets of four CPUs, sockets 0 and 2 in node 0, 1 and 3 in node 1: the six present
   # CPUs are socket 0's four (node 0) and two of socket 1 (node 1). possible_cpus=16 makes the

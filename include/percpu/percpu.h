@@ -14,6 +14,7 @@
 #include "percpu/pool.h"
 #include "percpu/remote.h"
 #include "percpu/runtime.h"
+#include "percpu/slice.h"
 #include "percpu/slot_array.h"
 #include "percpu/spinlock.h"
 #include "percpu/status.h"

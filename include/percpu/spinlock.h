@@ -11,6 +11,7 @@
 #include "percpu/config.h"
 #include "percpu/current_ops.h"
 #include "percpu/ops.h"
+#include "percpu/slice.h"
 #include "percpu/slot_array.h"
 
 namespace percpu {
@@ -30,7 +31,14 @@ namespace percpu {
 /// its own thread holds waits forever (use try_lock() in handlers). Like any lock, one held by
 /// another thread at fork() stays held in the child, where that thread does not exist. In fallback
 /// mode the same calls serialize through the fallback's compare-and-swap.
-template <index_mode M = index_mode::cpu_id>
+///
+/// With X = slice_extension::request, a holder asks the kernel for a time-slice extension while
+/// it holds a lock (slice.h): taking a lock requests one, releasing it ends the request and yields
+/// if the kernel granted one. Where the kernel does not offer it, that costs a branch on each
+/// side; with X = off (the default), nothing. With X = request, unlock on the thread that locked
+/// (the request is that thread's), and call enable_slice_extension() on a thread before a signal
+/// handler there may take the lock (the first request initializes percpu if nothing has).
+template <index_mode M = index_mode::cpu_id, slice_extension X = slice_extension::off>
 class spinlock {
  public:
   /// Unlocked locks with slots of their own (one cache line per index).
@@ -69,6 +77,7 @@ class spinlock {
     std::intptr_t& word = locks_.at(index);
     if (PERCPU_UNLIKELY(__atomic_load_n(&word, __ATOMIC_RELAXED) != 1)) throw_not_held(index);
     __atomic_store_n(&word, 0, __ATOMIC_RELEASE);
+    released();
   }
 
   /// True when the lock of `index` is held (a snapshot). Throws std::out_of_range.
@@ -96,7 +105,10 @@ class spinlock {
   class guard {
    public:
     explicit guard(spinlock& lock) noexcept : held_(lock.acquire()) {}
-    ~guard() { __atomic_store_n(held_.word, 0, __ATOMIC_RELEASE); }
+    ~guard() {
+      __atomic_store_n(held_.word, 0, __ATOMIC_RELEASE);
+      released();
+    }
     guard(const guard&) = delete;
     guard& operator=(const guard&) = delete;
     /// The index whose lock is held.
@@ -159,7 +171,19 @@ class spinlock {
   // aarch64 holder could read the data before the word, and so before the previous holder's
   // writes (that holder may have unlocked from another CPU). On x86-64 loads are not reordered
   // with older loads: this is only a compiler barrier there, and costs no instruction.
-  static PERCPU_ALWAYS_INLINE void acquired() noexcept { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+  // It also starts the holder's time-slice extension request, with X = request.
+  static PERCPU_ALWAYS_INLINE void acquired() noexcept {
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if constexpr (X == slice_extension::request) (void)slice_request();
+  }
+
+  // After a release: ends the holder's request (with X = request). A thread's extension state
+  // is set before its first request, so the state says whether acquired() made one; a release
+  // by a thread that holds no request (one unlocking another thread's lock) changes nothing, and
+  // the locking thread's request stays open: unlock on the thread that locked.
+  static PERCPU_ALWAYS_INLINE void released() noexcept {
+    if constexpr (X == slice_extension::request) slice_release(detail::t_slice_state == 1);
+  }
 
   [[noreturn, gnu::noinline, gnu::cold]] static void throw_not_held(int index) {
     throw std::logic_error("percpu::spinlock::unlock: lock of index " + std::to_string(index) +

@@ -48,6 +48,10 @@ int bench_pool(const bench_options& options);
 /// named in `only`); returns the process exit status (1 when a run under percpu malloc failed).
 int bench_malloc(const bench_options& options, const std::vector<std::string>& only);
 
+/// `percpu bench slice`: locks with and without time-slice extension requests, where the kernel
+/// offers the extension (otherwise it says why and measures nothing); returns the exit status.
+int bench_slice(const bench_options& options);
+
 /// `percpu bench context-switch`: scheduler benchmarks (hackbench, perf bench sched) with rseq
 /// registration off, glibc's and percpu's, alternating; returns the process exit status (1 when
 /// a configuration cannot be verified or a run failed).

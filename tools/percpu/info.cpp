@@ -60,6 +60,13 @@ nlohmann::json info_json() {
       {"fallback_switches", fallback_switches()},
   };
 
+  // Time-slice extension: enabling it on this thread is how to learn what the kernel offers.
+  const slice_support slice = enable_slice_extension();
+  j["slice_extension"] = {{"kernel_offers", slice.kernel_offers},
+                          {"enabled", slice.enabled},
+                          {"errno", slice.error},
+                          {"reason", slice.reason}};
+
   const cpu_node pair = current_cpu_node();
   j["current"] = {{"cpu", current_cpu()},
                   {"node", current_node()},
@@ -110,6 +117,7 @@ void print_info(const nlohmann::json& j) {
   fmt::print("usable fields     cpu_id {}, node_id {}, mm_cid {}\n", yes(f["cpu_id"]),
              yes(f["node_id"]), yes(f["mm_cid"]));
   fmt::print("membarrier RSEQ   {}\n", yes(r["membarrier_rseq"]));
+  fmt::print("slice extension   {}\n", j["slice_extension"]["reason"].get<std::string>());
   const auto& c = j["current"];
   fmt::print("current           cpu {}, node {}, mm_cid {}\n", c["cpu"].get<int>(),
              c["node"].get<int>(), c["mm_cid"].get<int>());

@@ -76,8 +76,8 @@ int run(int argc, char** argv) {
                     "Write one suite's raw results to this JSON file (the report writes its own)");
   std::string report_dir = "percpu-report";
   std::vector<std::string> report_suites;
-  const std::vector<std::string> suite_names = {"getcpu", "ops",    "counter",       "list",
-                                                "pool",   "malloc", "context-switch"};
+  const std::vector<std::string> suite_names = {"getcpu", "ops",    "counter", "list",
+                                                "pool",   "malloc", "slice",   "context-switch"};
   bench->add_option("--out", report_dir, "Report folder (no suite named; default percpu-report)");
   bench
       ->add_option("--suites", report_suites,
@@ -113,12 +113,17 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember(
           {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
 
+  auto* slice = bench->add_subcommand(
+      "slice",
+      "Time-slice extension (Linux 7.0+): threads outnumbering CPUs contend for a spinlock and a "
+      "mutex, with and without extension requests: throughput, hold times, preempted holders");
+
   auto* context_switch = bench->add_subcommand(
       "context-switch",
       "What registering rseq costs context switches: hackbench and perf bench sched with "
       "registration off, glibc's and percpu's, alternating; plus bytes per thread and code size");
   // The suite's options may come after its name too (percpu bench getcpu --quick).
-  for (CLI::App* suite : {getcpu, ops, counter, list, pool, malloc_suite, context_switch})
+  for (CLI::App* suite : {getcpu, ops, counter, list, pool, malloc_suite, slice, context_switch})
     suite->fallthrough();
 
   auto* stress = app.add_subcommand(
@@ -214,6 +219,7 @@ int run(int argc, char** argv) {
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
   if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, malloc_only);
+  if (slice->parsed()) return percpu::cli::bench_slice(options);
   if (context_switch->parsed()) return percpu::cli::bench_context_switch(options);
   if (bench->parsed()) {
     if (!options.json_out.empty()) {

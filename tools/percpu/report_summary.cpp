@@ -391,6 +391,30 @@ std::string suite_sentence(const suite_run& run) {
           c["service_throughput_ratio"]["against"].get<std::string>(),
           c.value("pair_latency_worst_ratio", 0.0));
     }
+  } else if (run.name == "slice") {
+    if (!j.value("measured", false))
+      return "Not measured: time-slice extension " + j.value("reason", std::string("unknown")) +
+             ".";
+    std::string text =
+        fmt::format("{} threads on {} CPUs, one short critical section:", j.value("threads", 0),
+                    j.value("cpus", 0));
+    const auto& rows = j["rows"];
+    for (std::size_t i = 0; i + 1 < rows.size(); i += 2) {
+      auto med = [](const nlohmann::json& v) {
+        std::vector<double> x = v.get<std::vector<double>>();
+        std::sort(x.begin(), x.end());
+        return x.empty() ? 0.0 : x[x.size() / 2];
+      };
+      const double off = med(rows[i]["acquisitions_per_s"]),
+                   on = med(rows[i + 1]["acquisitions_per_s"]);
+      text += fmt::format(
+          " {} with the extension {:.2f}x the throughput, p99.9 hold {:.2f} µs "
+          "against {:.2f}{}",
+          rows[i]["lock"].get<std::string>(), off > 0 ? on / off : 0.0,
+          med(rows[i + 1]["p999_hold_us"]), med(rows[i]["p999_hold_us"]),
+          i + 2 < rows.size() ? ";" : ".");
+    }
+    return text;
   } else if (run.name == "context-switch") {
     if (j.contains("skipped")) return "Skipped: " + j["skipped"].get<std::string>() + ".";
     if (j.contains("verdict")) {
