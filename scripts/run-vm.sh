@@ -9,10 +9,11 @@
 # console.
 #
 # Usage: scripts/run-vm.sh [--suite bookworm|trixie|sid] [--layout numa|hotplug|small] [--full]
-#                          [--kernel IMAGE] [--command 'CMD']
+#                          [--kernel IMAGE] [--include DIR]... [--command 'CMD']
 #   --suite    the Debian suite whose cloud-amd64 kernel boots (default: sid, the newest, for
 #              the numa layout; bookworm for the hotplug layout, see below)
 #   --kernel   boots this kernel image instead of a Debian one (scripts/build-slice-kernel.sh's)
+#   --include  copies this folder into the initramfs at its own path (an unpacked glibc, say)
 #   --layout   numa: 8 CPUs in 2 NUMA nodes (default); hotplug: 6 of 16 possible CPUs online in
 #              2 nodes, CPU 3 taken offline, a CPU hot-added during the stress, and a second
 #              stress pinned to it and CPU 0. Trixie's 6.12 and sid's 7.2 kernels do not count
@@ -27,14 +28,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-suite= layout=numa full=0 command= image=
-usage="usage: $0 [--suite SUITE] [--layout numa|hotplug|small] [--full] [--kernel IMAGE] [--command 'CMD']"
+suite= layout=numa full=0 command= image= includes=()
+usage="usage: $0 [--suite SUITE] [--layout numa|hotplug|small] [--full] [--kernel IMAGE] [--include DIR]... [--command 'CMD']"
 while [ $# -gt 0 ]; do
   case $1 in
     --suite) [ $# -ge 2 ] && [ -n "$2" ] || { echo "$usage" >&2; exit 2; }; suite=$2; shift ;;
     --layout) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; layout=$2; shift ;;
     --full) full=1 ;;
     --command) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; command=$2; shift ;;
+    --include) [ $# -ge 2 ] && [ -d "$2" ] || { echo "$usage (--include: a folder)" >&2; exit 2; }
+      includes+=("$(cd "$2" && pwd)"); shift ;;
     --kernel) [ $# -ge 2 ] && [ -f "$2" ] || { echo "$usage (--kernel: an image file)" >&2; exit 2; }
       image=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
     *) echo "$usage" >&2; exit 2 ;;
@@ -104,6 +107,10 @@ for f in $(find "$b" "$s" -maxdepth 1 -type l -name '*.so*'); do cp -P "$f" "$st
 for lib in $(for f in $binaries; do ldd "$f" 2>/dev/null; done | awk '/=> \// { print $3 } /^\t\/.*ld-linux/ { print $1 }' | sort -u); do
   mkdir -p "$stage$(dirname "$lib")"
   cp -L "$lib" "$stage$lib"
+done
+
+for d in ${includes[@]+"${includes[@]}"}; do
+  mkdir -p "$stage$d" && cp -a "$d/." "$stage$d/"
 done
 
 cli=$b/tools/percpu/percpu

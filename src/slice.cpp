@@ -83,7 +83,7 @@ void explain(slice_support& s, bool own_area) {
       return;
     case ENXIO:
       s.kernel_offers = true;
-      s.reason = "no rseq area registered for this thread (ENXIO)";
+      s.reason = "unavailable: no rseq area registered for this thread (ENXIO)";
       return;
     default:
       s.reason = std::string("prctl PR_RSEQ_SLICE_EXTENSION failed: ") + std::strerror(s.error);
@@ -114,7 +114,7 @@ slice_support enable_slice_extension() {
   const registration_info info = registration();
   s.error = try_enable();
   if (s.error == ENXIO && !rseq_active()) {
-    s.reason = "fallback mode: no rseq area";
+    s.reason = "unavailable in fallback mode (no rseq area; ENXIO)";
   } else {
     explain(s, info.owner == area_owner::percpu);
   }

@@ -344,7 +344,9 @@ void* reallocate(void* p, std::size_t size) noexcept {
   if (s == nullptr) {
     if (auto next = g_foreign_realloc.load(std::memory_order_acquire)) return next(p, size);
   }
-  check_allocated(p, "realloc(): invalid pointer, or one already freed");
+  check_allocated(p,
+                  "realloc(): invalid pointer, or one already freed (inside an object, past its "
+                  "span's last one, or not allocated)");
   const std::size_t old =
       s->kind == span::state::large ? s->bytes() - s->offset : kClasses[s->size_class].size;
   if (size_class_of(size) == 0 && s->kind == span::state::large)
