@@ -28,8 +28,9 @@ TEST(MallocCentral, ObjectsComeFromSpansOfTheirClassAndGoBack) {
       span* s = page_heap().span_of(p);
       ASSERT_NE(s, nullptr);
       EXPECT_EQ(s->size_class, cls);
-      EXPECT_GE(object_index(*s, p), 0);
-      EXPECT_EQ(object_index(*s, static_cast<char*>(p) + 8), -1);  // interior
+      const auto offset = static_cast<std::uint64_t>(static_cast<char*>(p) - s->start());
+      EXPECT_TRUE(is_object_start(cls, offset));
+      EXPECT_FALSE(is_object_start(cls, offset + 8));  // interior
       std::memset(p, 0x5a, info.size);
     }
     central_insert(cls, objects.data(), n);

@@ -267,8 +267,9 @@ void check_allocated(const void* p, const char* fault) noexcept {
     if (s->start() + s->offset != p) fatal(fault, p);
     return;
   }
-  const std::ptrdiff_t index = object_index(*s, p);
-  if (index < 0 || !held_by_user(free_tag_word(const_cast<void*>(p)), free_tag_of(p)))
+  const auto offset = static_cast<std::uint64_t>(static_cast<const char*>(p) - s->start());
+  if (!is_object_start(s->size_class, offset) ||
+      !held_by_user(free_tag_word(const_cast<void*>(p)), free_tag_of(p)))
     fatal(fault, p);
 }
 

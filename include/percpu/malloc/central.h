@@ -40,25 +40,6 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
 /// by each maintenance pass. Returns the objects moved.
 std::size_t central_release_transfer(std::size_t cls) noexcept;
 
-/// The object index of `p` in small span `s`, or -1 when `p` is not the start of one of its
-/// objects (an interior pointer).
-///
-/// Why the multiplication is exact: with m = ceil(2^32 / size) = (2^32 + e) / size, 0 <= e <
-/// size, an offset j * size gives (j * size * m) >> 32 = j + (j * e) >> 32 = j, because
-/// j * e < j * size < 2^32 inside any span; an offset that is not a multiple fails the check.
-inline std::ptrdiff_t object_index(std::size_t cls, std::uintptr_t start, const void* p) noexcept {
-  const size_class_info& info = kClasses[cls];
-  const auto off = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p) - start);
-  const std::uint64_t index = (off * info.reciprocal) >> 32;
-  // A multiple of the size in the span's tail is no object either (it would end past the span).
-  return index * info.size == off && index < info.objects_per_span()
-             ? static_cast<std::ptrdiff_t>(index)
-             : -1;
-}
-inline std::ptrdiff_t object_index(const span& s, const void* p) noexcept {
-  return object_index(s.size_class, reinterpret_cast<std::uintptr_t>(s.start()), p);
-}
-
 /// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes
 /// the class's lock).
 central_stats central_stats_of(std::size_t cls) noexcept;

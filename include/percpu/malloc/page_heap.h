@@ -171,11 +171,6 @@ struct entry {
   static span* span_of(std::uintptr_t e) noexcept { return reinterpret_cast<span*>(e & kSpanMask); }
   /// The size class of a small span's page; 0 for any other entry.
   static std::size_t size_class(std::uintptr_t e) noexcept { return e >> kClassShift; }
-  /// The first byte of the small span holding `p`, whose entry is `e`.
-  static std::uintptr_t span_start(std::uintptr_t e, const void* p) noexcept {
-    const std::uintptr_t page = reinterpret_cast<std::uintptr_t>(p) >> kPageShift;
-    return (page - ((e >> kPlaceShift) & 0xFF)) << kPageShift;
-  }
   /// The offset of `p` from the first byte of its small span, whose entry is `e`: its offset in
   /// its page plus the page's place, shifted into bytes straight from the entry's bits.
   static std::uintptr_t offset_in_span(std::uintptr_t e, const void* p) noexcept {

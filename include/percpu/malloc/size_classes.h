@@ -23,9 +23,6 @@ struct size_class_info {
   std::uint32_t size = 0;   ///< object bytes (a multiple of kAlignment)
   std::uint32_t pages = 0;  ///< pages per span
   std::uint32_t batch = 0;  ///< objects moved per transfer between a per-CPU cache and central
-  /// ceil(2^32 / size): (offset * reciprocal) >> 32 is offset / size for every offset that is
-  /// a multiple of size inside a span (see object_index), without a division.
-  std::uint64_t reciprocal = 0;
   constexpr std::uint32_t objects_per_span() const { return pages * kPageSize / size; }
 };
 
@@ -64,8 +61,7 @@ constexpr std::array<size_class_info, kClassCount> make_classes() {
   std::array<size_class_info, kClassCount> c{};
   std::size_t i = 1;
   auto add = [&](std::size_t size) {
-    c[i++] = size_class_info{static_cast<std::uint32_t>(size), span_pages(size), batch_for(size),
-                             ((std::uint64_t{1} << 32) + size - 1) / size};
+    c[i++] = size_class_info{static_cast<std::uint32_t>(size), span_pages(size), batch_for(size)};
   };
   for (std::size_t s = kAlignment; s <= 128; s += kAlignment) add(s);
   for (std::size_t base = 128; base < kMaxSmallSize; base *= 2)
