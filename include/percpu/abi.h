@@ -47,20 +47,22 @@ inline constexpr std::int32_t kCpuIdUninitialized = -1;
 inline constexpr std::int32_t kCpuIdRegistrationFailed = -2;
 
 /// struct rseq: the per-thread area. The kernel writes cpu_id_start, cpu_id, node_id and mm_cid;
-/// user space writes only rseq_cs (and never the others: newer kernels kill a process that does).
+/// user space writes only rseq_cs and slice_ctrl.request (and never the others: newer kernels
+/// kill a process that does). Source: include/uapi/linux/rseq.h.
 struct alignas(32) rseq_area {
   std::uint32_t cpu_id_start;  // off 0: always a valid CPU (0 before registration)
-  std::int32_t cpu_id;       // off 4: current CPU, or kCpuIdUninitialized/kCpuIdRegistrationFailed
-  std::uint64_t rseq_cs;     // off 8: address of the active rseq_cs descriptor, or 0
-  std::uint32_t flags;       // off 16: deprecated, must stay 0
-  std::uint32_t node_id;     // off 20: NUMA node of cpu_id (Linux 6.3)
-  std::uint32_t mm_cid;      // off 24: concurrency id within the process (Linux 6.3)
-  std::uint8_t reserved[4];  // off 28: newer fields (time-slice extension, 7.0)
+  std::int32_t cpu_id;    // off 4: current CPU, or kCpuIdUninitialized/kCpuIdRegistrationFailed
+  std::uint64_t rseq_cs;  // off 8: address of the active rseq_cs descriptor, or 0
+  std::uint32_t flags;    // off 16: the kernel's feature bits (7.0: slice extension), read-only
+  std::uint32_t node_id;  // off 20: NUMA node of cpu_id (Linux 6.3)
+  std::uint32_t mm_cid;   // off 24: concurrency id within the process (Linux 6.3)
+  std::uint8_t slice_ctrl[4];  // off 28: time-slice extension: request, granted (Linux 7.0)
 };
 static_assert(offsetof(rseq_area, cpu_id) == 4);
 static_assert(offsetof(rseq_area, rseq_cs) == 8);
 static_assert(offsetof(rseq_area, node_id) == 20);
 static_assert(offsetof(rseq_area, mm_cid) == 24);
+static_assert(offsetof(rseq_area, slice_ctrl) == 28);
 static_assert(sizeof(rseq_area) == kOriginalAreaSize);
 
 /// Byte offsets of the fields, for asm operands.
@@ -68,6 +70,7 @@ inline constexpr std::uint32_t kOffCpuId = 4;
 inline constexpr std::uint32_t kOffRseqCs = 8;
 inline constexpr std::uint32_t kOffNodeId = 20;
 inline constexpr std::uint32_t kOffMmCid = 24;
+inline constexpr std::uint32_t kOffSliceCtrl = 28;  // slice_ctrl.request; granted at +1
 
 /// struct rseq_cs: one per critical section, 32-byte aligned, never changed after link time.
 struct alignas(32) rseq_cs_descriptor {

@@ -78,20 +78,17 @@ PERCPU_API extern __thread std::uint32_t t_slice_depth __attribute__((tls_model(
 /// The calling thread's counters (slice_stats).
 PERCPU_API extern __thread slice_stats t_slice_stats __attribute__((tls_model("initial-exec")));
 
-/// Byte offsets of slice_ctrl.request and slice_ctrl.granted in the area.
-inline constexpr std::uint32_t kOffSliceRequest = 28;
-inline constexpr std::uint32_t kOffSliceGranted = 29;
-
 /// The first request on a thread: asks the kernel (one prctl; no allocation, no lock) and
 /// requests when it is enabled. Returns whether a request was made.
 PERCPU_API bool slice_request_first() noexcept;
 /// A request's end when the kernel granted an extension: rseq_slice_yield(2), counted.
 PERCPU_API void slice_yield_granted() noexcept;
 
-/// The calling thread's slice_ctrl bytes (in glibc's area or percpu's own).
+/// The calling thread's slice_ctrl bytes (in glibc's area or percpu's own): [0] request (user
+/// space sets and clears it), [1] granted (the kernel's, only read here).
 PERCPU_ALWAYS_INLINE volatile std::uint8_t* slice_ctrl() noexcept {
   return reinterpret_cast<volatile std::uint8_t*>(arch::thread_pointer() + g_hot.rseq_offset +
-                                                  kOffSliceRequest);
+                                                  abi::kOffSliceCtrl);
 }
 
 }  // namespace detail

@@ -2,11 +2,21 @@
 // deviation, and whether the difference of two means stands out of the noise.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 namespace percpu::cli {
+
+/// The median of `v` (the mean of the middle two for an even count); 0 for none. Units are the
+/// samples'.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 /// Mean and sample standard deviation (n - 1 in the denominator) of `v`; sd is 0 for fewer than
 /// two samples, both are 0 for none. Units are those of the samples (seconds here).

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ab_stats.h"
 #include "bench_runner.h"
 #include "child_process.h"
 #include "commands.h"
@@ -138,13 +139,6 @@ nlohmann::json run_one(const std::string& program, const allocator& a, const wor
               << "\n";
     return nullptr;
   }
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Spread of samples in percent of their median: 100 * (max - min) / median.

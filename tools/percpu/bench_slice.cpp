@@ -25,6 +25,7 @@
 
 #include <percpu/percpu.h>
 
+#include "ab_stats.h"
 #include "commands.h"
 
 namespace percpu::cli {
@@ -164,11 +165,6 @@ run_result run_configuration(const configuration& c, int threads, double seconds
   if (c.lock == "spin") return run_with<plain_spinlock<false>>(c.extension, threads, seconds);
   if (c.lock == "spin+yield") return run_with<plain_spinlock<true>>(c.extension, threads, seconds);
   return run_with<std::mutex>(c.extension, threads, seconds);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace

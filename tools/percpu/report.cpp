@@ -44,8 +44,8 @@ const std::vector<suite_spec> kSuites = {
     {"list", "list: a per-CPU free list against a Treiber stack and a mutex", 13, 60, 3, 7},
     {"pool", "pool: per-CPU memory, resident bytes and allocation cost", 5, 45, 3, 7},
     {"malloc", "malloc: percpu malloc against glibc, jemalloc, tcmalloc, mimalloc", 15, 480, 3, 5},
-    {"slice", "slice: locks whose holders ask not to be preempted (time-slice extension)", 2, 45,
-     3, 5},
+    {"slice", "slice: locks whose holders ask not to be preempted (time-slice extension)", 2, 45, 3,
+     5},
     {"context-switch", "context switch: what registering rseq costs the scheduler", 16, 330, 8, 20},
 };
 

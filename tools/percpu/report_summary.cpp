@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "ab_stats.h"
 #include "report.h"
 
 namespace percpu::cli {
@@ -400,11 +401,7 @@ std::string suite_sentence(const suite_run& run) {
                     j.value("cpus", 0));
     const auto& rows = j["rows"];
     for (std::size_t i = 0; i + 1 < rows.size(); i += 2) {
-      auto med = [](const nlohmann::json& v) {
-        std::vector<double> x = v.get<std::vector<double>>();
-        std::sort(x.begin(), x.end());
-        return x.empty() ? 0.0 : x[x.size() / 2];
-      };
+      auto med = [](const nlohmann::json& v) { return median(v.get<std::vector<double>>()); };
       const double off = med(rows[i]["acquisitions_per_s"]),
                    on = med(rows[i + 1]["acquisitions_per_s"]);
       text += fmt::format(
