@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "ab_stats.h"
 #include "bench_ops.h"
 #include "bench_runner.h"
 #include "commands.h"
@@ -300,9 +301,7 @@ std::optional<double> round_ratio(const bench_result* ours, const bench_result* 
   for (std::size_t k = 0; k < ours->samples_ns.size(); ++k)
     if (other->samples_ns[k] > 0) r.push_back(ours->samples_ns[k] / other->samples_ns[k]);
   if (r.empty()) return std::nullopt;
-  std::sort(r.begin(), r.end());
-  const std::size_t n = r.size();
-  return n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+  return median(std::move(r));
 }
 
 std::string ratio(const bench_result* ours, const bench_result* other) {

@@ -1,5 +1,7 @@
 #include "bench_runner.h"
 
+#include "ab_stats.h"
+
 #include <percpu/topology.h>
 
 #include <fmt/core.h>
@@ -59,12 +61,11 @@ class collecting_reporter : public benchmark::BenchmarkReporter {
   std::vector<bench_result> take() {
     if (show_progress()) std::cerr << "\r" << std::string(70, ' ') << "\r" << std::flush;
     for (auto& r : results_) {
-      auto s = r.samples_ns;
-      std::sort(s.begin(), s.end());
-      const size_t n = s.size();
-      r.median_ns = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-      r.min_ns = s.front();
-      r.max_ns = s.back();
+      if (r.samples_ns.empty()) continue;
+      r.median_ns = median(r.samples_ns);
+      const auto [lo, hi] = std::minmax_element(r.samples_ns.begin(), r.samples_ns.end());
+      r.min_ns = *lo;
+      r.max_ns = *hi;
     }
     return std::move(results_);
   }

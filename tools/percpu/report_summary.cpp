@@ -105,8 +105,7 @@ std::string ops_sentence(const nlohmann::json& j) {
       std::vector<double> q;
       for (std::size_t k = 0; k < a.size(); ++k)
         q.push_back(a[k].get<double>() / b[k].get<double>());
-      std::sort(q.begin(), q.end());
-      const double m = q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
+      const double m = median(std::move(q));
       const std::string row = name.substr(0, slash);
       if (lo_row.empty() || m < lo) lo = m, lo_row = row;
       if (hi_row.empty() || m > hi) hi = m, hi_row = row;
