@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages percpu builds, tests and benchmarks with (python3, sqlite3
 # and git: the real programs the malloc tests run under LD_PRELOAD; jemalloc, gperftools'
 # tcmalloc and mimalloc: the allocators `percpu bench malloc` compares; rt-tests' hackbench and
-# linux-perf's `perf bench sched`: the context-switch check; gnuplot-nox: the report's plots).
+# linux-perf's `perf bench sched`: the context-switch check; gnuplot-nox: the report's plots;
+# valgrind: a worker pool joined from a static destructor, checked under it).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
   python3 sqlite3 git
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
-  rt-tests linux-perf gnuplot-nox
+  rt-tests linux-perf gnuplot-nox valgrind
 )
 
 missing=()

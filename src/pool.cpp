@@ -640,9 +640,10 @@ remote_result<std::size_t> pool_base::try_drain_caches(int index) {
                            ? detail::try_close_count<index_mode::cpu_id>(&w[0], index, n)
                            : detail::try_close_count<index_mode::mm_cid>(&w[0], index, n);
         if (result.error) break;
+        detail::reopen_on_exit reopen(&w[0], n);  // as it was, unless the copy completes
         for (std::intptr_t k = 1; k <= n; ++k)
           found[cls][which].push_back(reinterpret_cast<char*>(w[k]));
-        __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);  // reopens, empty
+        reopen.reopen_with(0);  // reopens, empty
         moved += static_cast<std::size_t>(n);
       }
       if (result.error) break;

@@ -10,6 +10,7 @@
 #include <string>
 #include <system_error>
 
+#include "percpu/cancel_disabled.h"
 #include "percpu/membarrier.h"
 #include "percpu/runtime.h"
 #include "percpu/slot_array.h"
@@ -65,6 +66,9 @@ std::error_code try_fence_index(index_mode mode, int index) {
   detail::initialize();
   if (__atomic_load_n(&detail::g_hot.fallback, __ATOMIC_ACQUIRE) == detail::kFallbackMode)
     return {};
+  // Not cancellable: the sweep below changes this thread's affinity and puts it back, and the
+  // observation opens and reads /proc (cancellation points).
+  detail::cancel_disabled no_cancel;
   // mm_cid mode is served by cpu_id where the kernel lacks mm_cid; a full fence covers both.
   const bool one_cpu = mode == index_mode::cpu_id;
   if (membarrier_rseq_fence(one_cpu ? index : -1) == 0) return {};
@@ -90,6 +94,7 @@ remote_section::remote_section() noexcept {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state_);
   g_remote_mutex.lock();
 }
 
@@ -98,12 +103,16 @@ remote_section::remote_section(std::try_to_lock_t) noexcept {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &saved_);
   owns_ = g_remote_mutex.try_lock();
-  if (!owns_) pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  if (owns_)
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state_);
+  else
+    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
 }
 
 remote_section::~remote_section() {
   if (!owns_) return;
   g_remote_mutex.unlock();
+  pthread_setcancelstate(cancel_state_, nullptr);
   pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
 }
 

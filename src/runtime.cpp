@@ -18,8 +18,10 @@
 #include <mutex>
 #include <vector>
 
+#include "never_destroyed.h"
 #include "percpu/arch/area.h"
 #include "percpu/arch/pair.h"
+#include "percpu/cancel_disabled.h"
 #include "percpu/fallback.h"
 #include "percpu/membarrier.h"
 #include "percpu/signals_blocked.h"
@@ -74,9 +76,11 @@ std::atomic<unsigned> g_switches{0};
 std::mutex g_info_mutex;
 // Constructed on first use: initialization may run from constructors of other objects before
 // this file's own dynamic initializers.
+// Never destroyed: a thread that outlives the static destructors may still switch to fallback
+// mode or read the information.
 registration_info& info_storage() {  // guarded by g_info_mutex
-  static registration_info info;
-  return info;
+  static detail::never_destroyed<registration_info> info;
+  return info.get();
 }
 std::uint32_t g_own_length = 0;         // bytes percpu registers for its own area
 area_owner g_owner = area_owner::none;  // set once by initialization
@@ -86,9 +90,12 @@ std::mutex g_dense_mutex;
 // Held for the whole switch to fallback mode, and by fork(), so a child never inherits a switch
 // that no thread of its own would finish.
 std::mutex g_switch_mutex;
-std::vector<bool>& dense_used() {  // dense per-thread ids in use (fallback mm_cid)
-  static std::vector<bool> used;
-  return used;
+// Dense per-thread ids in use (fallback mm_cid). Never destroyed: threads release their id at
+// exit (on_thread_exit), and a thread may exit after the static destructors ran (a pool joined
+// from a static destructor, a detached thread still running at exit()).
+std::vector<bool>& dense_used() {
+  static detail::never_destroyed<std::vector<bool>> used;
+  return used.get();
 }
 
 long sys_rseq(void* area, std::uint32_t len, int flags) {
@@ -323,11 +330,24 @@ std::vector<int> migration_sweep(const std::vector<int>& cpus) {
   const topology& t = machine_topology();
   const int bits = std::max({t.cpu_id_bound, t.kernel_cpu_limit, int{CPU_SETSIZE}});
   const std::size_t bytes = CPU_ALLOC_SIZE(bits);
-  cpu_set_t* saved = CPU_ALLOC(bits);
-  cpu_set_t* one = CPU_ALLOC(bits);
   std::vector<int> missed;
+  missed.reserve(cpus.size());  // the only allocation, before the affinity changes
+  // The thread's own affinity is put back on every exit (and the sets freed).
+  struct affinity_restorer {
+    std::size_t bytes;
+    cpu_set_t* saved;
+    cpu_set_t* one;
+    bool restorable = false;
+    ~affinity_restorer() {
+      if (restorable) sched_setaffinity(0, bytes, saved);
+      CPU_FREE(saved);
+      CPU_FREE(one);
+    }
+  } guard{bytes, CPU_ALLOC(bits), CPU_ALLOC(bits)};
+  cpu_set_t* const one = guard.one;
   const bool restorable =
-      saved != nullptr && one != nullptr && sched_getaffinity(0, bytes, saved) == 0;
+      guard.saved != nullptr && one != nullptr && sched_getaffinity(0, bytes, guard.saved) == 0;
+  guard.restorable = restorable;
   for (int cpu : cpus) {
     bool visited = false;
     if (restorable && cpu >= 0 && cpu < bits) {
@@ -338,9 +358,6 @@ std::vector<int> migration_sweep(const std::vector<int>& cpus) {
     }
     if (!visited) missed.push_back(cpu);
   }
-  if (restorable) sched_setaffinity(0, bytes, saved);
-  CPU_FREE(saved);
-  CPU_FREE(one);
   return missed;
 }
 
@@ -498,14 +515,13 @@ void enter_fallback(const char* reason) noexcept {
   initialize();
   if (__atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE) == kFallbackMode) return;
   // No signal handler may run on this thread while it holds the switch: a handler doing a
-  // per-CPU operation would wait for the switch that it interrupted.
-  sigset_t all, saved;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &saved);
-  g_switch_mutex.lock();
+  // per-CPU operation would wait for the switch that it interrupted. No cancellation either:
+  // the fence may read /proc (cancellation points), and an unwind out of this noexcept
+  // function would end the process with the switch half done.
+  signals_blocked no_signals;
+  cancel_disabled no_cancel;
+  std::lock_guard<std::mutex> lock(g_switch_mutex);
   switch_to_fallback(reason);
-  g_switch_mutex.unlock();
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 void wait_for_fallback() noexcept {

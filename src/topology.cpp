@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "never_destroyed.h"
+
 namespace percpu {
 namespace {
 
@@ -170,8 +172,10 @@ int probe_kernel_cpu_limit() {
 }
 
 const topology& machine_topology() {
-  static const topology t = read_topology("/sys");
-  return t;
+  // Never destroyed: threads still running after exit() began (a pool joined from a static
+  // destructor, a detached thread) size and check their indices with it.
+  static detail::never_destroyed<const topology> t(read_topology("/sys"));
+  return t.get();
 }
 
 }  // namespace percpu

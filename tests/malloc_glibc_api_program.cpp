@@ -7,9 +7,27 @@
 //   info           with ~110 MB live in 1000-byte objects: mallinfo2's arena and uordblks, then
 //                  after freeing them malloc_trim's answer, mallopt's answers, and whether
 //                  malloc_info wrote XML: "arena A uordblks U trim T mallopt M info I"
+//   fork-introspection N
+//                  a thread calls mallinfo2, malloc_info and malloc_stats in a loop (with
+//                  allocations between) while the main thread forks N children; each child
+//                  calls the three once and exits; a child still running after 10 s is killed:
+//                  "children N ok K hung H"
+//   cancel-introspection N
+//                  N times: a thread looping mallinfo2(), malloc_info(), malloc_stats() and
+//                  usleep(50) is cancelled (deferred) and joined: "cancelled N"
+//   background     with PERCPU_MALLOC_BACKGROUND=1 in the environment: threads right after
+//                  start, then after 64 MB were allocated and freed and 2.5 s of a large
+//                  block now and then:
+//                  "threads_at_start A threads_later B"
+#include <dirent.h>
 #include <dlfcn.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,12 +80,111 @@ int info() {
   return 0;
 }
 
+// The three introspection calls, their output thrown away.
+void introspect(FILE* sink) {
+  const struct mallinfo2 m = mallinfo2();
+  if (m.arena == static_cast<std::size_t>(-1)) std::abort();  // (keeps the call)
+  malloc_info(0, sink);
+  malloc_stats();  // to standard error, which the callers send to /dev/null
+}
+
+int fork_introspection(int children) {
+  FILE* sink = std::fopen("/dev/null", "w");
+  if (sink == nullptr) return 1;
+  std::atomic<bool> stop{false};
+  pthread_t looper;
+  auto loop = [](void* arg) -> void* {
+    auto* s = static_cast<std::pair<std::atomic<bool>*, FILE*>*>(arg);
+    while (!s->first->load(std::memory_order_relaxed)) {
+      std::free(std::malloc(100));
+      introspect(s->second);
+    }
+    return nullptr;
+  };
+  std::pair<std::atomic<bool>*, FILE*> arg{&stop, sink};
+  if (pthread_create(&looper, nullptr, loop, &arg) != 0) return 1;
+  int ok = 0, hung = 0;
+  for (int i = 0; i < children; ++i) {
+    usleep(static_cast<useconds_t>(i % 7) * 100);  // land at different points of the loop
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(10);
+      introspect(sink);
+      std::free(std::malloc(5000));
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ++ok;
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) ++hung;
+  }
+  stop = true;
+  pthread_join(looper, nullptr);
+  std::printf("children %d ok %d hung %d\n", children, ok, hung);
+  return ok == children ? 0 : 1;
+}
+
+int cancel_introspection(int rounds) {
+  FILE* sink = std::fopen("/dev/null", "w");
+  if (sink == nullptr) return 1;
+  for (int i = 0; i < rounds; ++i) {
+    pthread_t t;
+    auto loop = [](void* arg) -> void* {
+      for (;;) {
+        introspect(static_cast<FILE*>(arg));
+        usleep(50);
+      }
+      return nullptr;
+    };
+    if (pthread_create(&t, nullptr, loop, sink) != 0) return 1;
+    usleep(static_cast<useconds_t>(200 + (i % 13) * 150));
+    pthread_cancel(t);
+    void* result = nullptr;
+    pthread_join(t, &result);
+    if (result != PTHREAD_CANCELED) return 3;
+  }
+  std::printf("cancelled %d\n", rounds);
+  return 0;
+}
+
+int count_threads() {
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+int background() {
+  const int at_start = count_threads();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64 * 16; ++i) blocks.push_back(std::malloc(64 * 1024));
+  for (void* p : blocks) std::free(p);
+  std::vector<void*>().swap(blocks);
+  // Slow paths (a large block is one) run passes, at most one per interval: keep making some.
+  for (int i = 0; i < 25; ++i) {
+    auto* volatile block = static_cast<char*>(std::malloc(300000));  // (not elided)
+    block[0] = 1;
+    std::free(block);
+    usleep(100000);
+  }
+  std::printf("threads_at_start %d threads_later %d\n", at_start, count_threads());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "deepbind" && argc == 3) return deepbind(argv[2]);
   if (what == "info" && argc == 2) return info();
-  std::fprintf(stderr, "usage: %s deepbind LIB | info\n", argv[0]);
+  if (what == "fork-introspection" && argc == 3) return fork_introspection(std::atoi(argv[2]));
+  if (what == "cancel-introspection" && argc == 3) return cancel_introspection(std::atoi(argv[2]));
+  if (what == "background" && argc == 2) return background();
+  std::fprintf(stderr,
+               "usage: %s deepbind LIB | info | fork-introspection N | cancel-introspection N | "
+               "background\n",
+               argv[0]);
   return 2;
 }

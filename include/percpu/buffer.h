@@ -236,18 +236,31 @@ class buffer {
   /// Empties the buffer of `index` (any index), also while threads use it, and returns its
   /// pointers, oldest first, or the error remote_errc::no_fence when no fence is possible
   /// (try_fence_index()); nothing changes then. Not async-signal-safe (allocates the vector).
-  /// Throws std::out_of_range for an index outside [0, slots()), std::bad_alloc.
+  /// Throws std::out_of_range for an index outside [0, slots()), std::bad_alloc (before the
+  /// buffer is closed: nothing changes then either). The buffer is reopened on every exit,
+  /// an exception or the unwinding of a cancelled thread included (it is closed only while
+  /// cancellation is disabled, and nothing that can throw runs while it is closed).
   remote_result<std::vector<P>> try_drain(int index) {
     std::intptr_t* r = reinterpret_cast<std::intptr_t*>(regions_.at(index));
     remote_result<std::vector<P>> out;
-    // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
-    // makes push_back allocate while closed, which is only slower.
-    out.value.reserve(std::min(size(index) + 16, capacity_));
-    detail::remote_section remote;
-    std::intptr_t n = 0;
-    if ((out.error = detail::try_close_count<M>(&r[0], index, n))) return out;
-    for (std::intptr_t k = 1; k <= n; ++k) out.value.push_back(reinterpret_cast<P>(r[k]));
-    __atomic_store_n(&r[0], 0, __ATOMIC_RELEASE);  // reopens, empty
+    // Allocate before closing (others wait while it is closed), and never while closed: a
+    // buffer that grew past the reservation meanwhile is reopened as it was and the drain
+    // starts over with room for it.
+    std::size_t room = std::min(size(index) + 16, capacity_);
+    for (;;) {
+      out.value.reserve(room);
+      detail::remote_section remote;
+      std::intptr_t n = 0;
+      if ((out.error = detail::try_close_count<M>(&r[0], index, n))) return out;
+      detail::reopen_on_exit reopen(&r[0], n);  // unchanged, unless the copy below completes
+      if (static_cast<std::size_t>(n) > out.value.capacity()) {
+        room = static_cast<std::size_t>(n);
+        continue;
+      }
+      for (std::intptr_t k = 1; k <= n; ++k) out.value.push_back(reinterpret_cast<P>(r[k]));
+      reopen.reopen_with(0);  // reopens, empty
+      break;
+    }
     if constexpr (Checked) {
       for (P p : out.value) detail::checked_erase(p);
     }

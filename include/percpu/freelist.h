@@ -103,17 +103,15 @@ class freelist {
     slot& sl = slots_.at(index);
     detail::remote_section remote;
     __atomic_store_n(&sl.gate, kClosed, __ATOMIC_SEQ_CST);
-    if (const std::error_code e = try_fence_index(M, index)) {
-      __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
-      return {nullptr, e};
-    }
+    // Reopens the list on every exit below: the fence's error, an exception, an unwind.
+    detail::reopen_on_exit reopen(&sl.gate, kOpen);
+    if (const std::error_code e = try_fence_index(M, index)) return {nullptr, e};
     // No section on this index can commit now. The striped fallback lock also orders us after
     // fallback-mode operations that checked the gate before it closed.
     std::intptr_t head;
     do {
       head = __atomic_load_n(&sl.head, __ATOMIC_ACQUIRE);
     } while (detail::fallback_compare_store(&sl.head, head, 0) != status::committed);
-    __atomic_store_n(&sl.gate, kOpen, __ATOMIC_RELEASE);
     return {forget(reinterpret_cast<T*>(head)), {}};
   }
 

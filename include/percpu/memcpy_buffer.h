@@ -82,22 +82,34 @@ class memcpy_buffer {
   /// Empties the buffer of `index` (any index), also while threads use it, and returns its
   /// records, oldest first, or the error remote_errc::no_fence when no fence is possible
   /// (try_fence_index()); nothing changes then. Not async-signal-safe. Throws
-  /// std::out_of_range for an index outside [0, slots()), std::bad_alloc.
+  /// std::out_of_range for an index outside [0, slots()), std::bad_alloc (before the buffer is
+  /// closed: nothing changes then either). The buffer is reopened on every exit, an exception
+  /// or the unwinding of a cancelled thread included.
   remote_result<std::vector<T>> try_drain(int index) {
     regions_.at(index);
     remote_result<std::vector<T>> out;
-    // Allocate before closing (others wait while it is closed); a buffer that grew meanwhile
-    // makes push_back allocate while closed, which is only slower.
-    out.value.reserve(std::min(size(index) + 16, capacity_));
-    detail::remote_section remote;
-    std::intptr_t n = 0;
-    if ((out.error = detail::try_close_count<M>(count_of(index), index, n))) return out;
-    for (std::intptr_t k = 0; k < n; ++k) {
-      T record;
-      std::memcpy(&record, record_of(index, k), sizeof(T));
-      out.value.push_back(record);
+    // Allocate before closing (others wait while it is closed), and never while closed: a
+    // buffer that grew past the reservation meanwhile is reopened as it was and the drain
+    // starts over with room for it.
+    std::size_t room = std::min(size(index) + 16, capacity_);
+    for (;;) {
+      out.value.reserve(room);
+      detail::remote_section remote;
+      std::intptr_t n = 0;
+      if ((out.error = detail::try_close_count<M>(count_of(index), index, n))) return out;
+      detail::reopen_on_exit reopen(count_of(index), n);  // unchanged, unless the copy completes
+      if (static_cast<std::size_t>(n) > out.value.capacity()) {
+        room = static_cast<std::size_t>(n);
+        continue;
+      }
+      for (std::intptr_t k = 0; k < n; ++k) {
+        T record;
+        std::memcpy(&record, record_of(index, k), sizeof(T));
+        out.value.push_back(record);
+      }
+      reopen.reopen_with(0);  // reopens, empty
+      break;
     }
-    __atomic_store_n(count_of(index), 0, __ATOMIC_RELEASE);  // reopens, empty
     return out;
   }
 

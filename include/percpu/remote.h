@@ -79,8 +79,10 @@ namespace detail {
 
 /// Held for the duration of one remote operation. Remote operations of the process run one at a
 /// time; signals are blocked on the holder (a handler using the structure would otherwise wait
-/// for the slot its own thread closed); fork() waits until no remote operation is in progress,
-/// so a child never inherits a closed slot.
+/// for the slot its own thread closed); cancellation is disabled on the holder (the fence may
+/// read /proc, whose open() and read() are cancellation points: a thread cancelled there would
+/// leave the slot closed for good); fork() waits until no remote operation is in progress, so a
+/// child never inherits a closed slot.
 class PERCPU_API remote_section {
  public:
   remote_section() noexcept;
@@ -96,7 +98,29 @@ class PERCPU_API remote_section {
 
  private:
   sigset_t saved_;
+  int cancel_state_ = 0;  // the holder's cancelability state before the section
   bool owns_ = true;
+};
+
+/// Reopens a slot that a remote operation closed, on every exit from the scope: a return, an
+/// exception, or the unwinding of a cancelled thread. Constructed once the slot is closed, with
+/// the word to store and the value that reopens it unchanged (nothing lost); reopen_with() names
+/// the value for the operation's normal end (an emptied count, say). The store is a release
+/// store, so what the operation did to the slot is visible to whoever sees it open.
+class reopen_on_exit {
+ public:
+  reopen_on_exit(std::intptr_t* word, std::intptr_t unchanged) noexcept
+      : word_(word), value_(unchanged) {}
+  ~reopen_on_exit() { __atomic_store_n(word_, value_, __ATOMIC_RELEASE); }
+  reopen_on_exit(const reopen_on_exit&) = delete;
+  reopen_on_exit& operator=(const reopen_on_exit&) = delete;
+
+  /// The value stored at the end of the scope instead of the unchanged one.
+  void reopen_with(std::intptr_t value) noexcept { value_ = value; }
+
+ private:
+  std::intptr_t* word_;
+  std::intptr_t value_;
 };
 
 /// Bit set in a buffer's count word while a remote operation holds the buffer closed. Counts

@@ -17,6 +17,7 @@
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/fast_path.h"
 #include "percpu/malloc/free_tag.h"
+#include "percpu/malloc/introspection.h"
 #include "percpu/malloc/maintenance.h"
 #include "percpu/malloc/page_heap.h"
 #include "percpu/malloc/reentrancy.h"
@@ -241,13 +242,17 @@ void* reallocate_large(void* p, std::size_t size, std::size_t old) noexcept {
   return q;
 }
 
-// fork(): the central lists' locks and the page heap's lock are held across it (in that order,
-// the order the slow paths take them), so a child never inherits one held by a thread that does
-// not exist there. They are taken after every other fork handler's locks (fork_order.h): threads
-// call malloc while holding those. The per-CPU caches need nothing: a section interrupted by
-// fork() never committed.
+// fork(): every lock of percpu malloc is held across it, so a child never inherits one held by
+// a thread that does not exist there. One fixed order, the order in which the code nests them:
+// the statistics printer's, the introspection's (mallinfo2, malloc_info, malloc_stats), the
+// maintenance pass's, each central list's, the page heap's. They are taken after every other
+// fork handler's locks (fork_order.h): threads call malloc while holding those. The per-CPU
+// caches need nothing: a section interrupted by fork() never committed.
 void lock_for_fork() noexcept {
   ++t_locks;  // a handler running on this thread during fork() must not wait for these
+  stats_lock_for_fork();
+  figures_lock_for_fork();
+  maintenance_lock_for_fork();
   central_lock_all();
   page_heap().lock();
 }
@@ -255,6 +260,9 @@ void lock_for_fork() noexcept {
 void unlock_after_fork() noexcept {
   page_heap().unlock();
   central_unlock_all();
+  maintenance_unlock_after_fork();
+  figures_unlock_after_fork();
+  stats_unlock_after_fork();
   --t_locks;
 }
 

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstddef>
 
+#include "percpu/cancel_disabled.h"
 #include "percpu/malloc/introspection.h"
 
 namespace pm = percpu::malloc_impl;
@@ -55,6 +56,9 @@ PERCPU_EXPORT struct mallinfo mallinfo() noexcept {
 
 // glibc's format, to standard error, so that programs and people who read it find its lines.
 PERCPU_EXPORT void malloc_stats() noexcept {
+  // fprintf() may be a cancellation point, and an unwind out of this noexcept function would
+  // end the process; glibc's own malloc_stats() disables cancellation likewise.
+  percpu::detail::cancel_disabled no_cancel;
   const pm::heap_figures f = pm::figures();
   fprintf(stderr,
           "Arena 0:\nsystem bytes     = %10zu\nin use bytes     = %10zu\n"
@@ -69,6 +73,7 @@ PERCPU_EXPORT int malloc_info(int options, FILE* fp) noexcept {
     errno = EINVAL;
     return -1;
   }
+  percpu::detail::cancel_disabled no_cancel;  // fprintf(), as in malloc_stats()
   const pm::heap_figures f = pm::figures();
   const std::size_t free = free_bytes(f);
   fprintf(fp,

@@ -8,12 +8,31 @@
 
 #include <pthread.h>
 
+#include "percpu/cancel_disabled.h"
+
 namespace percpu::malloc_impl {
+
+namespace {
+
+// One collector at a time (the stats below are shared); held across fork() (allocator.cpp).
+pthread_mutex_t g_figures_lock = PTHREAD_MUTEX_INITIALIZER;
+
+}  // namespace
+
+void figures_lock_for_fork() noexcept {
+  pthread_mutex_lock(&g_figures_lock);
+}
+
+void figures_unlock_after_fork() noexcept {
+  pthread_mutex_unlock(&g_figures_lock);
+}
 
 heap_figures figures() noexcept {
   static malloc_stats s;  // large (one entry per class): not on the stack of a small thread
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&lock);
+  // collect_stats() reads /proc (open and read are cancellation points): a thread cancelled
+  // there would unwind out of this noexcept function (std::terminate) holding the lock.
+  percpu::detail::cancel_disabled no_cancel;
+  pthread_mutex_lock(&g_figures_lock);
   collect_stats(s);
   heap_figures f;
   f.mapped = s.heap.mapped;
@@ -26,11 +45,12 @@ heap_figures figures() noexcept {
     const std::size_t held = objects > free ? objects - free : 0;
     f.in_use += held * k.size;
   }
-  pthread_mutex_unlock(&lock);
+  pthread_mutex_unlock(&g_figures_lock);
   return f;
 }
 
 std::size_t trim() noexcept {
+  percpu::detail::cancel_disabled no_cancel;  // drains close slots; noexcept
   for (int i = 0; i < cache_indices(); ++i) cache_drain(i);
   // Each call returns half of a class's transfer batches: repeat until none is left.
   for (std::size_t cls = 1; cls < kClassCount; ++cls)

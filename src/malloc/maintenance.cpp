@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "percpu/cancel_disabled.h"
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/page_heap.h"
@@ -30,7 +31,9 @@ std::int64_t now_ns() noexcept {
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-void pass_locked() noexcept {
+// Returns whether the pass moved or returned anything (the background thread waits for that).
+bool pass_locked() noexcept {
+  const maintenance_stats before = g_stats;
   ++g_stats.passes;
   const int indices = cache_indices();
   for (int i = 0; i < indices && i < kMaxTrackedIndices; ++i) {
@@ -56,10 +59,16 @@ void pass_locked() noexcept {
   const std::size_t used = h.in_use + h.large;
   const std::size_t keep = used / 8 > kMinKeptFreeBytes ? used / 8 : kMinKeptFreeBytes;
   g_stats.released_bytes += page_heap().release(keep);
+  return g_stats.drained_objects != before.drained_objects ||
+         g_stats.trimmed_objects != before.trimmed_objects ||
+         g_stats.transfer_objects_released != before.transfer_objects_released ||
+         g_stats.released_bytes != before.released_bytes;
 }
 
 // The optional background thread (PERCPU_MALLOC_BACKGROUND=1): a pass every interval, so that
-// a process that has stopped allocating returns its memory too.
+// a process that has stopped allocating returns its memory too. Started by the first pass that
+// had work, not before: a thread makes the process multi-threaded, which unshare(CLONE_NEWUSER)
+// and some sandboxes refuse.
 std::atomic<bool> g_background_started{false};
 
 void* background_main(void*) {
@@ -109,14 +118,27 @@ void maybe_maintain() noexcept {
   if (now < next) return;
   if (!g_next_pass.compare_exchange_strong(next, now + kMaintenanceInterval,
                                            std::memory_order_relaxed))
-    return;  // another thread claimed this pass
+    return;                                   // another thread claimed this pass
+  percpu::detail::cancel_disabled no_cancel;  // a pass drains caches: closes their slots
   if (pthread_mutex_trylock(&g_pass_lock) != 0) return;
-  pass_locked();
+  const bool worked = pass_locked();
   pthread_mutex_unlock(&g_pass_lock);
-  start_background();  // outside the lock: creating a thread allocates
+  // Only once a pass had work (memory to move or return): a program that never holds any, or
+  // that calls unshare(CLONE_NEWUSER) early, stays single-threaded. Outside the lock: creating
+  // a thread allocates.
+  if (worked) start_background();
+}
+
+void maintenance_lock_for_fork() noexcept {
+  pthread_mutex_lock(&g_pass_lock);
+}
+
+void maintenance_unlock_after_fork() noexcept {
+  pthread_mutex_unlock(&g_pass_lock);
 }
 
 void maintain() noexcept {
+  percpu::detail::cancel_disabled no_cancel;  // a pass drains caches: closes their slots
   pthread_mutex_lock(&g_pass_lock);
   pass_locked();
   pthread_mutex_unlock(&g_pass_lock);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "percpu/cancel_disabled.h"
 #include "percpu/malloc/central.h"
 #include "percpu/malloc/cpu_cache.h"
 #include "percpu/malloc/maintenance.h"
@@ -19,6 +20,8 @@ namespace {
 std::atomic<std::size_t> g_refills[kClassCount];
 std::atomic<std::size_t> g_flushes[kClassCount];
 std::atomic<std::size_t> g_leaked_frees;
+// One printer at a time (print_stats' storage is shared); held across fork() (allocator.cpp).
+pthread_mutex_t g_printing = PTHREAD_MUTEX_INITIALIZER;
 
 // Resident pages from /proc/self/statm (second field), read without stdio.
 std::size_t rss_bytes() noexcept {
@@ -84,11 +87,20 @@ void collect_stats(malloc_stats& out) noexcept {
   out.leaked_frees = g_leaked_frees.load(std::memory_order_relaxed);
 }
 
+void stats_lock_for_fork() noexcept {
+  pthread_mutex_lock(&g_printing);
+}
+
+void stats_unlock_after_fork() noexcept {
+  pthread_mutex_unlock(&g_printing);
+}
+
 void print_stats(int fd) noexcept {
   // Large: kept off the stack of whoever asks (at exit, maybe a small one); one printer at a time.
   static malloc_stats s;
-  static pthread_mutex_t printing = PTHREAD_MUTEX_INITIALIZER;
-  pthread_mutex_lock(&printing);
+  // write() and the read of /proc are cancellation points: not in this noexcept function.
+  percpu::detail::cancel_disabled no_cancel;
+  pthread_mutex_lock(&g_printing);
   collect_stats(s);
   put(fd,
       "percpu malloc: rss %zu KiB; page heap: %zu KiB mapped, %zu KiB in spans, %zu KiB free, "
@@ -108,7 +120,7 @@ void print_stats(int fd) noexcept {
     put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
         k.transfer_objects, k.cached_objects, k.capacity, k.refills, k.flushes);
   }
-  pthread_mutex_unlock(&printing);
+  pthread_mutex_unlock(&g_printing);
 }
 
 }  // namespace percpu::malloc_impl

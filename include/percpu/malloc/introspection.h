@@ -15,12 +15,18 @@ struct heap_figures {
 };
 
 /// Collects the figures (takes each class's lock in turn, and the page heap's). Allocates
-/// nothing.
+/// nothing. Not a cancellation point: cancellation is disabled while it runs (it reads
+/// /proc/self/statm under its lock).
 heap_figures figures() noexcept;
+
+/// fork(): figures()'s lock, held across it by percpu malloc's fork handlers (allocator.cpp),
+/// so that a child of a process forked while another thread collected figures can collect them.
+void figures_lock_for_fork() noexcept;
+void figures_unlock_after_fork() noexcept;
 
 /// Gives everything cached back: drains every index's per-CPU caches, empties the transfer
 /// caches, and returns every free span's memory to the kernel (madvise). Returns the bytes
-/// returned to the kernel. What malloc_trim() does.
+/// returned to the kernel. What malloc_trim() does. Cancellation is disabled while it runs.
 std::size_t trim() noexcept;
 
 }  // namespace percpu::malloc_impl

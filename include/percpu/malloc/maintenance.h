@@ -6,9 +6,10 @@
 // maybe_maintain(), and one of them does a pass at most every kMaintenanceInterval; transfer
 // caches lose half their batches to their spans at each pass. A process that stops allocating
 // keeps what it holds until its next slow path, unless PERCPU_MALLOC_BACKGROUND=1 starts a
-// background thread (named percpu-malloc, at the first pass, again after fork()) that runs the
-// passes itself. It is not the default: a thread of its own would make every program
-// multi-threaded.
+// background thread (named percpu-malloc, at the first pass that moved or returned memory,
+// again after fork()) that runs the passes itself. It is not the default: a thread of its own
+// makes the program multi-threaded, and unshare(CLONE_NEWUSER) fails with EINVAL in a
+// multi-threaded process (jemalloc's background thread has the same effect).
 #pragma once
 
 #include <cstddef>
@@ -40,8 +41,14 @@ struct maintenance_stats {
 void maybe_maintain() noexcept;
 
 /// Runs a pass now (waits for one in progress). An index is idle when none of its stacks'
-/// counts changed since the previous pass: the first pass only takes a snapshot.
+/// counts changed since the previous pass: the first pass only takes a snapshot. A pass is not
+/// a cancellation point (cancellation is disabled while it runs), here and in maybe_maintain().
 void maintain() noexcept;
+
+/// fork(): the pass lock, held across it by percpu malloc's fork handlers (allocator.cpp),
+/// after the introspection locks and before the central lists' (a pass takes those under it).
+void maintenance_lock_for_fork() noexcept;
+void maintenance_unlock_after_fork() noexcept;
 
 /// What the passes have done since the process started (takes the pass lock: waits for a pass
 /// in progress).

@@ -45,7 +45,13 @@ void count_leaked_free() noexcept;
 void collect_stats(malloc_stats& out) noexcept;
 
 /// Writes the statistics as text to file descriptor `fd`: a summary of the layers, then a line
-/// per size class in use. Allocates nothing.
+/// per size class in use. Allocates nothing. Not a cancellation point (cancellation is
+/// disabled while it runs).
 void print_stats(int fd) noexcept;
+
+/// fork(): print_stats()'s lock, held across it by percpu malloc's fork handlers
+/// (allocator.cpp), first of its locks.
+void stats_lock_for_fork() noexcept;
+void stats_unlock_after_fork() noexcept;
 
 }  // namespace percpu::malloc_impl
