@@ -5,6 +5,8 @@
 // local labels passed as strings).
 #pragma once
 
+#include "percpu/unload_teardown.h"  // every object with sections gets its unload teardown
+
 /// Descriptor `desc` for a section [start, end) aborting to `abort` (Linux
 /// include/uapi/linux/rseq.h: version 0, flags 0, start_ip, post_commit_offset, abort_ip),
 /// 32-byte aligned in __rseq_cs and listed in __rseq_cs_ptr_array.
