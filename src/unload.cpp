@@ -8,12 +8,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "percpu/abi.h"
 #include "percpu/arch/area.h"
 #include "percpu/runtime.h"
 #include "percpu/unload_teardown.h"
+
+extern "C" int __cxa_atexit(void (*function)(void*), void* argument, void* dso);
 
 namespace percpu::detail {
 namespace {
@@ -68,9 +71,22 @@ pid_t parse_tid(const char* name) {
   return *name == '\0' ? tid : 0;
 }
 
+// Set by the first exit marker to run: exit() has begun, and teardowns do nothing from then on.
+std::atomic<bool> g_exiting{false};
+
+void mark_exiting(void*) {
+  g_exiting.store(true, std::memory_order_release);
+}
+
 }  // namespace
 
+void register_unload_teardown(void (*teardown)(void*), void* dso) noexcept {
+  __cxa_atexit(teardown, nullptr, dso);
+  __cxa_atexit(mark_exiting, nullptr, &__dso_handle);  // libpercpu's own: never run by dlclose()
+}
+
 void disarm_range(std::uintptr_t lo, std::uintptr_t hi) noexcept {
+  if (g_exiting.load(std::memory_order_acquire)) return;  // exit(): see register_unload_teardown
   const std::intptr_t off = __atomic_load_n(&g_hot.rseq_offset, __ATOMIC_ACQUIRE);
   if (off == 0 || lo >= hi || in_main_program(lo)) return;  // nothing ran, or not unloadable
   const std::uintptr_t tp = reinterpret_cast<std::uintptr_t>(arch::thread_pointer());

@@ -1,6 +1,6 @@
 // The automatic half of unloading (see percpu/unload.h): every object (executable or shared
 // library) that includes the section headers gets one teardown, run when the object is unloaded
-// (dlclose()) or at exit, that disarms every thread whose rseq_cs still points at one of the
+// (dlclose()), that disarms every thread whose rseq_cs still points at one of the
 // object's descriptors. Nothing runs on the sections' paths: the teardown finds the object's
 // descriptors by the linker's __start___rseq_cs/__stop___rseq_cs symbols (the descriptors are
 // emitted into section __rseq_cs, PERCPU_RSEQ_DESCRIPTOR in arch/rseq_tables.h), which each
@@ -9,9 +9,10 @@
 // Both the symbols and the teardown object are hidden, so that each object keeps its own: a
 // default-visibility inline variable would be unified across objects by the dynamic linker, and
 // the plugin's teardown would then be the program's. One teardown per object, not per
-// translation unit: an inline variable is constructed (and its destructor registered with the
+// translation unit: an inline variable is constructed (and its teardown registered with the
 // object's __dso_handle) once, where a destructor function in a header would be listed in
-// .fini_array by every translation unit.
+// .fini_array by every translation unit. At exit the teardowns do nothing
+// (register_unload_teardown()).
 #pragma once
 
 #include "percpu/config.h"  // first: the C++20 check
@@ -24,6 +25,10 @@ extern "C" {
 extern const char __start___rseq_cs[] __attribute__((weak, visibility("hidden")));
 extern const char __stop___rseq_cs[] __attribute__((weak, visibility("hidden")));
 }
+// The object's own handle for __cxa_atexit() (crtbegin.o defines one in every object). C++
+// linkage, as the compiler declares it itself for the destructors it registers (an unmangled
+// name either way).
+extern void* __dso_handle __attribute__((visibility("hidden")));
 
 namespace percpu::detail {
 
@@ -45,15 +50,27 @@ namespace percpu::detail {
 /// include/uapi/linux/rseq.h (rseq_cs), get_robust_list(2), process_vm_readv(2).
 PERCPU_API void disarm_range(std::uintptr_t lo, std::uintptr_t hi) noexcept;
 
-/// The teardown itself: its destructor runs once per object, when the object is unloaded or at
-/// exit, and calls disarm_range() on the object's __rseq_cs range.
+/// Registers `teardown` to run when the object `dso` (its __dso_handle) is unloaded, through
+/// __cxa_atexit(), and right after it an exit marker with libpercpu's own handle. Handlers run
+/// in the reverse order of their registration, and dlclose() runs only the unloaded object's:
+/// so at dlclose() the teardown runs and disarms, while at exit() the marker runs first and
+/// the teardown then does nothing (other threads may still be inside the object's sections at
+/// exit, and a section whose rseq_cs was cleared would no longer abort). Each registration
+/// holds a few dozen bytes of the C library's until exit, so a plugin opened and closed N times
+/// holds N markers. Called once per object at its load, from its teardown's constructor.
+PERCPU_API void register_unload_teardown(void (*teardown)(void*), void* dso) noexcept;
+
+/// The object's teardown: disarm_range() on its own __rseq_cs range (hidden and inline: each
+/// object has its own copy, which reads its own linker symbols).
+__attribute__((visibility("hidden"))) inline void run_unload_teardown(void*) noexcept {
+  const auto lo = reinterpret_cast<std::uintptr_t>(__start___rseq_cs);
+  const auto hi = reinterpret_cast<std::uintptr_t>(__stop___rseq_cs);
+  if (lo != 0 && lo < hi) disarm_range(lo, hi);
+}
+
+/// Registers the object's teardown once per object, when the object is initialized.
 struct unload_teardown {
-  constexpr unload_teardown() noexcept = default;
-  ~unload_teardown() {
-    const auto lo = reinterpret_cast<std::uintptr_t>(__start___rseq_cs);
-    const auto hi = reinterpret_cast<std::uintptr_t>(__stop___rseq_cs);
-    if (lo != 0 && lo < hi) disarm_range(lo, hi);
-  }
+  unload_teardown() noexcept { register_unload_teardown(run_unload_teardown, &__dso_handle); }
 };
 
 // Objects never unloaded before exit (libpercpu.so and libpercpu_malloc.so, both linked
