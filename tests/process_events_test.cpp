@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -98,11 +100,168 @@ TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeAfterPrepareUnload) {
   EXPECT_EQ(rc, 0);
 }
 
+// Sleeps, yields, spins and moves between the allowed CPUs for a few milliseconds: every way
+// the kernel looks at the calling thread's rseq_cs, briefly (for tests of many rounds).
+void be_preempted_briefly() {
+  const std::vector<int>& cpus = percpu::machine_topology().allowed_cpus;
+  cpu_set_t saved;
+  sched_getaffinity(0, sizeof(saved), &saved);
+  for (std::size_t i = 0; i < cpus.size() && i < 4; ++i) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[i], &one);
+    sched_setaffinity(0, sizeof(one), &one);
+    spin_in_user_code(1);
+  }
+  sched_setaffinity(0, sizeof(saved), &saved);
+  for (int i = 0; i < 5; ++i) {
+    sched_yield();
+    usleep(200);
+  }
+}
+
+std::atomic<long> g_alarms{0};
+
+// SIGALRM every 200 us for the rest of the (child) process; the handler runs a getcpu-cache
+// read, as a handler using percpu would.
+void start_alarm_storm() {
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) {
+    (void)percpu::current_cpu();
+    g_alarms.fetch_add(1, std::memory_order_relaxed);
+  };
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, nullptr);
+  const itimerval every = {{0, 200}, {0, 200}};
+  setitimer(ITIMER_REAL, &every, nullptr);
+}
+
+// Blocks SIGALRM on the calling thread for a scope.
+class alarm_blocked {
+ public:
+  alarm_blocked() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &set, &saved_);
+  }
+  ~alarm_blocked() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+
+ private:
+  sigset_t saved_;
+};
+
+// Blocks in read() until a byte arrives on `fd` (the kernel leaves rseq_cs alone meanwhile).
+void wait_for_byte(int fd) {
+  char c;
+  while (read(fd, &c, 1) < 0 && errno == EINTR) {
+  }
+}
+
+TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeWithoutPrepareUnload) {
+  // 25 rounds: the plugin runs its sections on this thread and two others, the others go to
+  // sleep still pointing at its descriptors (SIGALRM blocked, so that no signal lets the kernel
+  // clear their rseq_cs first), the plugin is dlclose()d with nothing called, and then the
+  // others wake up under the SIGALRM storm, are preempted and migrated. Without the plugin's
+  // unload teardown (unload_teardown.h) the kernel kills the process in the first rounds.
+  const int rc = in_child([] {
+    start_alarm_storm();
+    constexpr int kOthers = 2;
+    for (int round = 0; round < 25; ++round) {
+      void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+      if (h == nullptr) return 2;
+      auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
+      if (run == nullptr) return 3;
+      int wake[2];
+      if (pipe(wake) != 0) return 4;
+      std::atomic<int> ran{0};
+      std::vector<std::thread> others;
+      for (int i = 0; i < kOthers; ++i)
+        others.emplace_back([&] {
+          {
+            alarm_blocked no_alarm;
+            run(50);
+            ran.fetch_add(1);
+            wait_for_byte(wake[0]);
+          }
+          be_preempted_briefly();
+        });
+      run(50);
+      while (ran.load() != kOthers) sched_yield();
+      if (dlclose(h) != 0) return 5;
+      if (write(wake[1], "xx", kOthers) != kOthers) return 6;
+      be_preempted_briefly();
+      for (auto& t : others) t.join();
+      close(wake[0]);
+      close(wake[1]);
+    }
+    return g_alarms.load() > 0 ? 0 : 7;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(ProcessEvents, UnloadingClearsAnotherThreadsPointerIntoThePlugin) {
+  // Another thread runs the plugin's sections until one leaves its rseq_cs armed, and sleeps;
+  // after dlclose() its rseq_cs is 0. The descriptor's former page is then held inaccessible,
+  // so that a pointer left there would be fatal when the thread wakes.
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: no registered area";
+  const int rc = in_child([] {
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+      if (h == nullptr) return 2;
+      auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
+      if (run == nullptr) return 3;
+      int wake[2];
+      if (pipe(wake) != 0) return 4;
+      std::atomic<std::uint64_t*> field{nullptr};
+      std::uint64_t left = 0;
+      std::thread other([&] {
+        for (int i = 0; i < 1000 && left == 0; ++i) {
+          run(1);
+          left = __atomic_load_n(rseq_cs_field(), __ATOMIC_RELAXED);
+        }
+        field.store(rseq_cs_field());
+        wait_for_byte(wake[0]);
+      });
+      while (field.load() == nullptr) sched_yield();
+      usleep(10000);  // the other thread is asleep in read()
+      // Conclusive only if nothing (a preemption before the read) cleared it already.
+      const bool armed = left != 0 && __atomic_load_n(field.load(), __ATOMIC_RELAXED) == left;
+      if (dlclose(h) != 0) return 5;
+      const std::uint64_t after = __atomic_load_n(field.load(), __ATOMIC_RELAXED);
+      if (armed) {
+        const long page = sysconf(_SC_PAGESIZE);
+        void* at = reinterpret_cast<void*>(left & ~static_cast<std::uint64_t>(page - 1));
+        (void)mmap(at, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      }
+      if (write(wake[1], "x", 1) != 1) return 6;
+      other.join();
+      close(wake[0]);
+      close(wake[1]);
+      if (armed) return after == 0 ? 0 : 8;
+    }
+    return 9;  // never found the other thread armed and asleep
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(ProcessEvents, CProgramsUnloadingThePluginWithoutPrepareUnloadSurvive) {
+  // unload_c_main.c, linked with libpercpu.so and linked with nothing of percpu.
+  for (const char* program : {PERCPU_UNLOAD_C_MAIN_LINKED_PATH, PERCPU_UNLOAD_C_MAIN_PATH}) {
+    const int rc = in_child([program] {
+      execl(program, program, PERCPU_TEST_PLUGIN_PATH, static_cast<char*>(nullptr));
+      return 127;
+    });
+    EXPECT_EQ(rc, 0) << program;
+  }
+}
+
 TEST(ProcessEvents, AStaleDescriptorPointerAfterUnloadIsWhatTheKernelKills) {
-  // Why prepare_unload() exists: a section leaves rseq_cs pointing at its descriptor, and a
-  // thread that is not preempted between its last section and the unload still points there
-  // when the plugin is gone. Made deterministic by putting back the pointer the sections left
-  // (a preemption in between would have let the kernel clear it).
+  // What the unload teardown prevents: a section leaves rseq_cs pointing at its descriptor, and
+  // a thread that is not preempted between its last section and the unload still points there
+  // when the plugin is gone. Made deterministic by putting back, after dlclose() (whose teardown
+  // cleared it), the pointer the sections left (a preemption in between would have let the
+  // kernel clear it).
   if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: no registered area";
   const int rc = in_child([] {
     void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);

@@ -24,8 +24,8 @@
 // structures' fast paths go one step further with current-index sections (current_ops.h),
 // which read the index inside the section and so need no compare of it; these operations serve
 // their cold paths and any operation a user writes.
-// No section disarms when it ends (the kernel clears rseq_cs lazily, as with librseq): code that
-// dlclose() unloads needs prepare_unload() (unload.h). Each operation takes a policy:
+// No section disarms when it ends (the kernel clears rseq_cs lazily, as with librseq): the
+// object's unload teardown does it at dlclose() (unload.h). Each operation takes a policy:
 // detail::with_fallback (the default) runs the atomic fallback outside rseq mode;
 // detail::rseq_only reports index_changed instead, for fast paths whose cold path does the rest.
 #pragma once

@@ -5,6 +5,8 @@
 // local labels passed as strings).
 #pragma once
 
+#include "percpu/unload_teardown.h"  // every object with sections gets its unload teardown
+
 /// Descriptor `desc` for a section [start, end) aborting to `abort` (Linux
 /// include/uapi/linux/rseq.h: version 0, flags 0, start_ip, post_commit_offset, abort_ip),
 /// 32-byte aligned in __rseq_cs and listed in __rseq_cs_ptr_array.
@@ -35,7 +37,9 @@
 /// No exit disarms (rseq_cs keeps pointing at the descriptor): the kernel clears it at the
 /// thread's next preemption, signal or migration, when it finds the instruction pointer outside
 /// the section, as librseq and tcmalloc leave it. The one hazard is code unloaded while a thread
-/// still points at one of its descriptors; prepare_unload() (percpu/unload.h) is the remedy.
+/// still points at one of its descriptors: every object that includes these headers disarms such
+/// threads when dlclose() unloads it (percpu/unload_teardown.h, by the __rseq_cs range the
+/// descriptors above are emitted into); code freed otherwise needs prepare_unload() (unload.h).
 #define PERCPU_RETURN_STATUSES \
   return status::committed;    \
   aborted:                     \

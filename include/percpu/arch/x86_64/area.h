@@ -19,9 +19,9 @@ inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
 
 /// Disarms the thread's critical section: area->rseq_cs = 0. Sections do not call it (the
 /// kernel clears a descriptor pointer left behind once the thread is outside the section); it
-/// serves prepare_unload(): after dlclose() of code that ran a section, a pointer left at its
+/// serves prepare_unload(): once code that ran a section is freed, a pointer left at its
 /// descriptor would make the kernel read unmapped memory at the next preemption and kill the
-/// thread.
+/// thread. (dlclose() needs no call: unload_teardown.h.)
 inline void clear_rseq_cs(std::intptr_t rseq_offset) noexcept {
   asm volatile("movq $0, %%fs:8(%[off])" : : [off] "r"(rseq_offset) : "memory");
 }

@@ -10,7 +10,7 @@
 // thread reads until the commit publishes it (the try-store and memcpy variants).
 //
 // No exit disarms the section: the kernel clears rseq_cs lazily once the thread is outside it
-// (see PERCPU_RETURN_STATUSES; code that dlclose() unloads needs prepare_unload(), unload.h).
+// (see PERCPU_RETURN_STATUSES; dlclose() of the code disarms it, unload_teardown.h).
 //
 // Every section is `asm volatile goto`: GCC 12 deletes an asm goto whose outputs go unused (a
 // pop whose item the caller ignores would not pop), although its manual calls asm goto
