@@ -18,6 +18,7 @@
 #include <string>
 
 #include "percpu/pool.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 namespace {
@@ -642,7 +643,8 @@ remote_result<std::size_t> pool_base::try_drain_caches(int index) {
         if (result.error) break;
         for (std::intptr_t k = 1; k <= n; ++k)
           found[cls][which].push_back(reinterpret_cast<char*>(w[k]));
-        __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);  // reopens, empty
+        detail::tsan_acquire_each(&w[1], static_cast<std::size_t>(n));  // TSan: taken objects
+        __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);                   // reopens, empty
         moved += static_cast<std::size_t>(n);
       }
       if (result.error) break;
