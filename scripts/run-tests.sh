@@ -4,7 +4,8 @@
 #   2. GLIBC_TUNABLES=glibc.pthread.rseq=0: percpu registers its own area;
 #   3. under `percpu deny-rseq` (a seccomp filter failing rseq(2) with ENOSYS): fallback mode.
 # PERCPU_EXPECT tells each pass which mode the tests must find. Then runs the suite once more from
-# a debug build (unoptimized sections, checked structures). Then builds the `stress` preset
+# a debug build (unoptimized sections, checked structures), and the structure tests from a
+# ThreadSanitizer build (preset tsan; any race report fails it). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
 # every structure in both index modes, requiring aborts and zero lost. Last, the short form of
 # the benchmark report (`percpu bench --quick --repetitions 3`: every suite, the malloc
@@ -41,6 +42,19 @@ echo "=== debug pass: -O0 sections and checked structures (double-push detection
 cmake --preset debug >/dev/null
 cmake --build --preset debug
 PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" || status=1
+
+echo
+echo "=== tsan pass: the structure tests under ThreadSanitizer (hand-offs report no race) ==="
+# Only the structures' tests (percpu_structure_tests): percpu malloc, its LD_PRELOAD tests, the
+# CLI and the seccomp and fork tests cannot run under TSan (tests/CMakeLists.txt). A report
+# stops the run with exit code 66. setarch -R: TSan's fixed memory layout refuses some
+# randomized mappings ("FATAL: ThreadSanitizer: unexpected memory mapping").
+cmake --preset tsan >/dev/null
+cmake --build build/tsan --target percpu_structure_tests
+tsan=(env TSAN_OPTIONS="halt_on_error=1 exitcode=66" PERCPU_EXPECT=glibc
+  build/tsan/tests/percpu_structure_tests)
+if setarch "$(uname -m)" -R true 2>/dev/null; then tsan=(setarch "$(uname -m)" -R "${tsan[@]}"); fi
+"${tsan[@]}" || status=1
 
 echo
 echo "=== stress pass: delay injection inside the critical sections ==="

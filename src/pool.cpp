@@ -18,6 +18,7 @@
 #include <string>
 
 #include "percpu/pool.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 namespace {
@@ -643,7 +644,8 @@ remote_result<std::size_t> pool_base::try_drain_caches(int index) {
         detail::reopen_on_exit reopen(&w[0], n);  // as it was, unless the copy completes
         for (std::intptr_t k = 1; k <= n; ++k)
           found[cls][which].push_back(reinterpret_cast<char*>(w[k]));
-        reopen.reopen_with(0);  // reopens, empty
+        detail::tsan_acquire_each(&w[1], static_cast<std::size_t>(n));  // TSan: taken objects
+        reopen.reopen_with(0);                                          // reopens, empty
         moved += static_cast<std::size_t>(n);
       }
       if (result.error) break;

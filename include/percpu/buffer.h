@@ -17,6 +17,7 @@
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 
@@ -54,9 +55,12 @@ template <index_mode M>
 /// when that stack is full (a count at or above `capacity`: a caller may lower the capacity of
 /// a stack that holds more, as percpu malloc's adaptive capacities do); waits while a remote
 /// drain has the count closed. `capacity` is at most 2^24. Async-signal-safe.
+/// Under TSan the push releases `value` read as an address, and stack_pop(), stack_pop_many()
+/// and the drains acquire what they take (tsan.h).
 template <index_mode M>
 PERCPU_ALWAYS_INLINE bool stack_push(arch::slot_table t, std::size_t capacity,
                                      std::intptr_t value) noexcept {
+  tsan_release(reinterpret_cast<const void*>(value));  // TSan: hands over what `value` points to
   const current_result r = current_array_push<M>(t, capacity, value);
   if (PERCPU_LIKELY(r == current_result::committed)) return true;
   if (r == current_result::miss) return false;  // full: the common miss answers here
@@ -105,12 +109,16 @@ PERCPU_ALWAYS_INLINE bool stack_pop(arch::slot_table t, std::intptr_t& out) noex
   std::intptr_t v;
   const current_result r = current_array_pop<M>(t, v);
   if (PERCPU_LIKELY(r == current_result::committed)) {
+    tsan_acquire(reinterpret_cast<const void*>(v));
     out = v;
     return true;
   }
   if (r == current_result::miss) return false;  // empty: the common miss answers here
   const stack_popped p = stack_pop_cold<M>(t, fast_status(r));
-  if (p.ok) out = p.value;
+  if (p.ok) {
+    tsan_acquire(reinterpret_cast<const void*>(p.value));
+    out = p.value;
+  }
   return p.ok;
 }
 
@@ -142,7 +150,7 @@ std::size_t stack_move_many(Words&& words, Amount&& amount, Move&& move) noexcep
 /// how many it popped (0 when empty). Async-signal-safe.
 template <index_mode M, class Words>
 std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) noexcept {
-  return stack_move_many<M>(
+  const std::size_t popped = stack_move_many<M>(
       words, [&](std::size_t n) { return std::min(n, want); },
       [&](std::intptr_t* r, std::intptr_t n, std::intptr_t k, int index) {
         // The copy runs inside the section: a preemption, migration or signal aborts it, so
@@ -151,6 +159,8 @@ std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) 
                                        static_cast<std::size_t>(k) * sizeof(std::intptr_t), n - k,
                                        index);
       });
+  tsan_acquire_each(out, popped);
+  return popped;
 }
 
 /// Pushes as many of the `count` entries at `values` as fit onto the calling thread's stack, in
@@ -159,6 +169,8 @@ std::size_t stack_pop_many(Words&& words, std::intptr_t* out, std::size_t want) 
 template <index_mode M, class Words>
 std::size_t stack_push_many(Words&& words, std::size_t capacity, const std::intptr_t* values,
                             std::size_t count) noexcept {
+  // TSan: all `count` are released, the ones that do not fit too (the caller keeps those).
+  tsan_release_each(values, count);
   return stack_move_many<M>(
       words, [&](std::size_t n) { return n >= capacity ? 0 : std::min(capacity - n, count); },
       [&](std::intptr_t* r, std::intptr_t n, std::intptr_t k, int index) {
@@ -179,6 +191,9 @@ std::size_t stack_push_many(Words&& words, std::size_t capacity, const std::intp
 /// - drain(index) empties any index's buffer while threads keep using it.
 /// - In fallback mode the same operations give the same results.
 /// - Checked (default: debug builds) records which pointers are stored, so a double push throws.
+/// - Under ThreadSanitizer (tsan.h) a push happens before the pop or drain that takes the same
+///   pointer, keyed on the address stored: the pointers must then point into the program's
+///   memory (an object, not a tagged or made-up value).
 template <class P, index_mode M = index_mode::cpu_id, bool Checked = kCheckedDefault>
 class buffer {
   static_assert(std::is_pointer_v<P>, "percpu::buffer<P>: P must be a pointer type, e.g. item*");
@@ -257,7 +272,10 @@ class buffer {
         room = static_cast<std::size_t>(n);
         continue;
       }
-      for (std::intptr_t k = 1; k <= n; ++k) out.value.push_back(reinterpret_cast<P>(r[k]));
+      for (std::intptr_t k = 1; k <= n; ++k) {
+        detail::tsan_acquire(reinterpret_cast<const void*>(r[k]));
+        out.value.push_back(reinterpret_cast<P>(r[k]));
+      }
       reopen.reopen_with(0);  // reopens, empty
       break;
     }

@@ -15,6 +15,7 @@
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 
@@ -29,6 +30,9 @@ namespace percpu {
 /// - In fallback mode the same operations run on the same lists with the same results.
 /// - Checked (default: debug builds, see PERCPU_CHECKED) records which items are stored, so a
 ///   double push throws instead of linking an item into two places.
+/// - Under ThreadSanitizer (tsan.h) an item's push happens before the pop, pop_all() or drain()
+///   that takes it, keyed on the item's address: a thread may use an item it took without
+///   further synchronization, as with a mutex-protected list.
 ///
 /// Each index's list head sits on its own cache line; the lists are sized by the index space
 /// of M (possible CPUs, or the mm_cid bound).
@@ -58,6 +62,7 @@ class freelist {
     if constexpr (Checked) {
       if (!detail::checked_insert(item)) throw_double_push();
     }
+    detail::tsan_release(item);  // TSan: the item's writes so far happen before its pop
     const detail::current_result r = detail::current_compare_push<M>(
         slots_.table(), link_offset(), reinterpret_cast<std::intptr_t>(item));
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return;
@@ -89,7 +94,7 @@ class freelist {
         if (head == 0) return status::compare_failed;
         return compare_compare_store<M>(&sl.head, head, &sl.gate, kOpen, 0, index);
       });
-      if (s == status::committed) return forget(reinterpret_cast<T*>(head));
+      if (s == status::committed) return taken(reinterpret_cast<T*>(head));
       if (!wait_if_closed(at) && head == 0) return nullptr;
     }
   }
@@ -112,7 +117,7 @@ class freelist {
     do {
       head = __atomic_load_n(&sl.head, __ATOMIC_ACQUIRE);
     } while (detail::fallback_compare_store(&sl.head, head, 0) != status::committed);
-    return {forget(reinterpret_cast<T*>(head)), {}};
+    return {taken(reinterpret_cast<T*>(head)), {}};
   }
 
   /// try_drain(), throwing std::system_error (remote_errc::no_fence) when no fence is possible.
@@ -186,6 +191,7 @@ class freelist {
   // `if (item)` a test and a branch.
   static T* popped(std::intptr_t item) noexcept {
     if (item == 0) __builtin_unreachable();
+    detail::tsan_acquire(reinterpret_cast<const void*>(item));
     if constexpr (Checked) detail::checked_erase(reinterpret_cast<T*>(item));
     return reinterpret_cast<T*>(item);
   }
@@ -226,6 +232,15 @@ class freelist {
       for (T* p = chain; p; p = p->*Link) detail::checked_erase(p);
     }
     return chain;
+  }
+
+  // A chain detached by pop_all() or drain(): forgotten, and under TSan the caller now happens
+  // after each item's push (acquired before its link is read).
+  static T* taken(T* chain) noexcept {
+    if constexpr (PERCPU_TSAN) {
+      for (T* p = chain; p; p = p->*Link) detail::tsan_acquire(p);
+    }
+    return forget(chain);
   }
 
   slot_array<slot> slots_;

@@ -18,6 +18,7 @@
 #include "percpu/ops.h"
 #include "percpu/remote.h"
 #include "percpu/slot_array.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 
@@ -30,6 +31,9 @@ namespace percpu {
 ///   full or empty buffer is reported, never waited for.
 /// - drain(index) empties any index's buffer while threads keep using it.
 /// - In fallback mode the same operations give the same results.
+/// - Under ThreadSanitizer (tsan.h) a push happens before every later pop and drain of the
+///   buffer, keyed on the buffer itself (a record has no address of its own that both sides
+///   know), so objects that records point to are handed over as through a mutex.
 template <class T, index_mode M = index_mode::cpu_id>
 class memcpy_buffer {
   static_assert(std::is_trivially_copyable_v<T>, "percpu::memcpy_buffer<T>: T is copied as bytes");
@@ -55,6 +59,7 @@ class memcpy_buffer {
   /// Copies `record` into the calling thread's buffer. Returns false, storing nothing, when it
   /// is full.
   PERCPU_ALWAYS_INLINE bool push(const T& record) noexcept {
+    detail::tsan_release(this);
     const detail::current_result r = detail::current_memcpy_push<M, kRecordStride>(
         regions_.table(), capacity_, &record, sizeof(T));
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return true;
@@ -67,9 +72,14 @@ class memcpy_buffer {
   PERCPU_ALWAYS_INLINE bool pop(T& out) noexcept {
     const detail::current_result r =
         detail::current_memcpy_pop<M, kRecordStride>(regions_.table(), &out, sizeof(T));
-    if (PERCPU_LIKELY(r == detail::current_result::committed)) return true;
+    if (PERCPU_LIKELY(r == detail::current_result::committed)) {
+      detail::tsan_acquire(this);
+      return true;
+    }
     if (r == detail::current_result::miss) return false;  // empty
-    return pop_cold(out, detail::fast_status(r));
+    const bool popped = pop_cold(out, detail::fast_status(r));
+    if (popped) detail::tsan_acquire(this);
+    return popped;
   }
 
   /// pop() returning the record, or std::nullopt when the buffer is empty.
@@ -110,6 +120,7 @@ class memcpy_buffer {
       reopen.reopen_with(0);  // reopens, empty
       break;
     }
+    detail::tsan_acquire(this);
     return out;
   }
 

@@ -13,6 +13,7 @@
 #include "percpu/ops.h"
 #include "percpu/slice.h"
 #include "percpu/slot_array.h"
+#include "percpu/tsan.h"
 
 namespace percpu {
 
@@ -25,7 +26,8 @@ namespace percpu {
 ///
 /// Memory order: taking a lock (lock(), a successful try_lock(), a guard) is an acquire and
 /// releasing it (unlock(), the guard's end) a release, so a holder sees every write the
-/// previous holder made under the lock, whichever CPU it released it from.
+/// previous holder made under the lock, whichever CPU it released it from. Under
+/// ThreadSanitizer (tsan.h) the same edges are told to TSan on the lock word.
 ///
 /// Not recursive, and not async-signal-safe against itself: a signal handler taking the lock
 /// its own thread holds waits forever (use try_lock() in handlers). Like any lock, one held by
@@ -61,7 +63,7 @@ class spinlock {
     const detail::current_result r =
         detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
-      acquired();
+      acquired(word);
       return index;
     }
     if (r == detail::current_result::miss) return -1;
@@ -76,6 +78,7 @@ class spinlock {
   PERCPU_ALWAYS_INLINE void unlock(int index) {
     std::intptr_t& word = locks_.at(index);
     if (PERCPU_UNLIKELY(__atomic_load_n(&word, __ATOMIC_RELAXED) != 1)) throw_not_held(index);
+    detail::tsan_release(&word);
     __atomic_store_n(&word, 0, __ATOMIC_RELEASE);
     released();
   }
@@ -106,6 +109,7 @@ class spinlock {
    public:
     explicit guard(spinlock& lock) noexcept : held_(lock.acquire()) {}
     ~guard() {
+      detail::tsan_release(held_.word);
       __atomic_store_n(held_.word, 0, __ATOMIC_RELEASE);
       released();
     }
@@ -128,7 +132,7 @@ class spinlock {
     const detail::current_result r =
         detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
-      acquired();
+      acquired(word);
       return {word, index};
     }
     return acquire_cold(detail::fast_status(r));
@@ -161,7 +165,7 @@ class spinlock {
       return compare_store<M>(&locks_[index], 0, 1, index);
     });
     if (s != status::committed) return -1;
-    acquired();
+    acquired(&locks_[taken]);
     return taken;
   }
 
@@ -171,9 +175,12 @@ class spinlock {
   // aarch64 holder could read the data before the word, and so before the previous holder's
   // writes (that holder may have unlocked from another CPU). On x86-64 loads are not reordered
   // with older loads: this is only a compiler barrier there, and costs no instruction.
-  // It also starts the holder's time-slice extension request, with X = request.
-  static PERCPU_ALWAYS_INLINE void acquired() noexcept {
+  // It also starts the holder's time-slice extension request, with X = request. Under TSan
+  // (tsan.h) it acquires the lock word `word`, which every release stores to after a
+  // tsan_release(): the section's read of the word is asm, invisible to TSan.
+  static PERCPU_ALWAYS_INLINE void acquired([[maybe_unused]] std::intptr_t* word) noexcept {
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    detail::tsan_acquire(word);
     if constexpr (X == slice_extension::request) (void)slice_request();
   }
 
