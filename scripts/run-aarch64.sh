@@ -34,16 +34,20 @@ done
 # on the emulated kernel). User mode runs them (it is faster), but never what cannot run there:
 # tests that start an arm64 program from an emulated one (the command's tests, which run
 # `percpu deny-rseq -- percpu`, the malloc death tests, whose threadsafe style re-executes the
-# test binary, and the malloc tests that run programs with and without the preload; the sysfs-view and cpuset tests, which start index_space_check and the
+# test binary, and the malloc tests that run programs with and without the preload; the C
+# programs that unload the plugin, the stopped-threads tests that run a program (preloaded, or
+# under valgrind); the sysfs-view and cpuset tests, which start index_space_check and the
 # command; without binfmt_misc the host kernel cannot start them), the ptrace tests (qemu-user
 # has no ptrace), and PoolLimits, which reserves 32 TiB of address space: qemu-user keeps state
 # for every page of a guest mapping, and the machine runs out of memory. The VM's short form
 # leaves out the breakpoint test too (about 150 x 1000 ptrace stops: far longer under emulation),
 # and the stress under a one-CPU sysfs view (its malloc rows took 6 minutes there, against 30 s
 # without the view; the x86-64 runs take 0.4 s either way), and the run of `percpu bench ops`
-# (timing under emulation measures nothing; its x86-64 run checks that it completes).
-user_filter='-MallocAllocatorDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*'
-vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.ABreakpoint*:IndexSpace.StressUnder*:Cli.BenchOps*'
+# (timing under emulation measures nothing; its x86-64 run checks that it completes), and the
+# stopped-threads fork tests (hundreds of forks; the fork handlers are the same C++ on both
+# architectures, and user mode runs the one that needs no second program).
+user_filter='-MallocAllocatorDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*:ProcessEvents.CPrograms*:StoppedThreads.ChildrenForkedDuringMalloc*:StoppedThreads.Cancelling*:StoppedThreads.AWorkerPool*:StoppedThreads.MallocsBackground*'
+vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.ABreakpoint*:IndexSpace.StressUnder*:Cli.BenchOps*:StoppedThreads.ChildrenForked*'
 # The single-step test takes about 200 s under emulation (2 ms a step): the glibc-area pass runs
 # it, the percpu-area pass leaves it to --full.
 vm_own_filter="$vm_filter:Debugger.*"
@@ -106,7 +110,8 @@ copy_build $b/libpercpu.so.0 $b/libpercpu.so.0.1.0 $b/libpercpu_malloc.so $b/lib
   $b/tools/percpu/percpu $b/tools/percpu/percpu-malloc-workload $b/tests/percpu_tests \
   $b/tests/index_space_check \
   $b/tests/*.so $b/tests/link_check_* $b/tests/malloc_threads_program $b/tests/registration_race_check \
-  $b/tests/malloc_large_program $b/tests/malloc_glibc_api_program \
+  $b/tests/malloc_large_program $b/tests/malloc_glibc_api_program $b/tests/exit_pool_program \
+  $b/tests/unload_c_main $b/tests/unload_c_main_linked \
   $s/libpercpu.so.0 $s/libpercpu_malloc.so $s/tools/percpu/percpu
 steps="
 $b/tools/percpu/percpu info
