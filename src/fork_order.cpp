@@ -54,13 +54,22 @@ void child() {
   after(true);
 }
 
+std::atomic<bool> g_registered{false};
+
 // Priority 101: before libpercpu's other constructors (which register their own handlers), so
-// that this prepare handler runs after theirs.
+// that this prepare handler runs after theirs. (initialize() registers it too, first, when it
+// runs before the constructors: a malloc call from the C library's start-up under percpu
+// malloc's preload.)
 __attribute__((constructor(101))) void register_last_stage() {
-  pthread_atfork(prepare, parent, child);
+  register_fork_stages();
 }
 
 }  // namespace
+
+void register_fork_stages() noexcept {
+  if (!g_registered.exchange(true, std::memory_order_acq_rel))
+    pthread_atfork(prepare, parent, child);
+}
 
 bool add_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),
                                  void (*child_handler)()) noexcept {

@@ -23,6 +23,7 @@
 #include "percpu/arch/pair.h"
 #include "percpu/cancel_disabled.h"
 #include "percpu/fallback.h"
+#include "percpu/fork_order.h"
 #include "percpu/membarrier.h"
 #include "percpu/signals_blocked.h"
 #include "percpu/thread_observation.h"
@@ -190,6 +191,7 @@ void do_initialize() {
   info.glibc_symbols = &__rseq_offset != nullptr && &__rseq_size != nullptr;
   info.glibc_rseq_size = info.glibc_symbols ? __rseq_size : 0;
   pthread_key_create(&g_exit_key, on_thread_exit);
+  detail::register_fork_stages();  // first: its prepare must run after before_fork (fork_order.h)
   pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   (void)machine_topology();  // read sysfs now, not later inside a hot slow path
 

@@ -71,22 +71,24 @@ pid_t parse_tid(const char* name) {
   return *name == '\0' ? tid : 0;
 }
 
-// Set by the first exit marker to run: exit() has begun, and teardowns do nothing from then on.
+// Set by the exit handler below: exit() has run every handler registered after libpercpu
+// loaded; what runs the teardowns from here is _dl_fini() (unload_teardown.h).
 std::atomic<bool> g_exiting{false};
 
 void mark_exiting(void*) {
   g_exiting.store(true, std::memory_order_release);
 }
 
-}  // namespace
-
-void register_unload_teardown(void (*teardown)(void*), void* dso) noexcept {
-  __cxa_atexit(teardown, nullptr, dso);
-  __cxa_atexit(mark_exiting, nullptr, &__dso_handle);  // libpercpu's own: never run by dlclose()
+// Priority 101: registered as early as libpercpu can, so that it runs after every handler
+// registered after it (no object handle: dlclose() never runs it).
+__attribute__((constructor(101))) void register_exit_marker() {
+  __cxa_atexit(mark_exiting, nullptr, nullptr);
 }
 
+}  // namespace
+
 void disarm_range(std::uintptr_t lo, std::uintptr_t hi) noexcept {
-  if (g_exiting.load(std::memory_order_acquire)) return;  // exit(): see register_unload_teardown
+  if (g_exiting.load(std::memory_order_acquire)) return;  // exit(): see unload_teardown.h
   const std::intptr_t off = __atomic_load_n(&g_hot.rseq_offset, __ATOMIC_ACQUIRE);
   if (off == 0 || lo >= hi || in_main_program(lo)) return;  // nothing ran, or not unloadable
   const std::uintptr_t tp = reinterpret_cast<std::uintptr_t>(arch::thread_pointer());

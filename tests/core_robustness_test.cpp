@@ -18,6 +18,7 @@
 #include <percpu/percpu.h>
 
 #include "child.h"
+#include "cut_off.h"
 #include "expect.h"
 #include "pin.h"
 #include "shell.h"
@@ -25,13 +26,9 @@
 
 namespace {
 
+using percpu::test::cut_off_this_thread;
 using percpu::test::run_in_sysfs_view;
-
-// The highest CPU this process may run on, or -1 when it has only one.
-int second_cpu() {
-  const auto& allowed = percpu::machine_topology().allowed_cpus;
-  return allowed.size() >= 2 ? allowed.back() : -1;
-}
+using percpu::test::second_cpu;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -135,19 +132,6 @@ TEST(IndexSpace, TheKernelLimitCoversEveryCpuItRuns) {
 struct item {
   item* next = nullptr;
 };
-
-// Denies membarrier (ENOSYS) and sched_setaffinity (EINVAL) to the calling thread only (no
-// TSYNC): that thread can neither fence with membarrier nor run on another CPU, as in a cpuset,
-// while the process's other threads keep running where they are.
-bool cut_off_this_thread() {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) return false;
-  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(membarrier), 0);
-  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(sched_setaffinity), 0);
-  if (rc == 0) rc = seccomp_load(ctx);
-  seccomp_release(ctx);
-  return rc == 0;
-}
 
 // A thread of the process keeps running on the drained CPU, which the drainer cannot reach:
 // the drain is refused with remote_errc::no_fence and the list keeps every item. Once that

@@ -16,6 +16,7 @@
 
 #include <percpu/percpu.h>
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -72,13 +73,20 @@ void be_preempted_often() {
   mover.join();
 }
 
+// Loads the test plugin (tests/plugin.cpp) and finds its plugin_run; false when either failed.
+bool load_plugin(void*& handle, long (*&run)(int)) {
+  handle = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return false;
+  run = reinterpret_cast<long (*)(int)>(dlsym(handle, "plugin_run"));
+  return run != nullptr;
+}
+
 TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeAfterPrepareUnload) {
   // Both threads that ran the plugin's sections call prepare_unload(), then the plugin goes.
   const int rc = in_child([] {
-    void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) return 2;
-    auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
-    if (run == nullptr) return 3;
+    void* h = nullptr;
+    long (*run)(int) = nullptr;
+    if (!load_plugin(h, run)) return 2;
     std::atomic<int> stage{0};
     std::thread other([&] {
       run(100);
@@ -168,10 +176,9 @@ TEST(ProcessEvents, UnloadingCodeThatRanSectionsIsSafeWithoutPrepareUnload) {
     start_alarm_storm();
     constexpr int kOthers = 2;
     for (int round = 0; round < 25; ++round) {
-      void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-      if (h == nullptr) return 2;
-      auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
-      if (run == nullptr) return 3;
+      void* h = nullptr;
+      long (*run)(int) = nullptr;
+      if (!load_plugin(h, run)) return 2;
       int wake[2];
       if (pipe(wake) != 0) return 4;
       std::atomic<int> ran{0};
@@ -207,10 +214,9 @@ TEST(ProcessEvents, UnloadingClearsAnotherThreadsPointerIntoThePlugin) {
   if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: no registered area";
   const int rc = in_child([] {
     for (int attempt = 0; attempt < 20; ++attempt) {
-      void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-      if (h == nullptr) return 2;
-      auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
-      if (run == nullptr) return 3;
+      void* h = nullptr;
+      long (*run)(int) = nullptr;
+      if (!load_plugin(h, run)) return 2;
       int wake[2];
       if (pipe(wake) != 0) return 4;
       std::atomic<std::uint64_t*> field{nullptr};
@@ -245,6 +251,36 @@ TEST(ProcessEvents, UnloadingClearsAnotherThreadsPointerIntoThePlugin) {
   EXPECT_EQ(rc, 0);
 }
 
+// The plugin of the test below, closed by its exit handler.
+void* g_exit_plugin = nullptr;
+
+TEST(ProcessEvents, APluginClosedFromAnExitHandlerIsDisarmedToo) {
+  // A program whose exit handler (or static destructor) closes a plugin while a thread that ran
+  // its sections is still alive: the teardown must disarm then too (it does nothing only once
+  // exit() reaches the objects still loaded). Without it the worker is killed at its next
+  // preemption after the dlclose().
+  const int rc = in_child([] {
+    // Registered before the plugin is opened, as a static object's destructor is.
+    std::atexit([] {
+      if (dlclose(g_exit_plugin) != 0) _exit(5);
+      spin_in_user_code(200);  // the worker runs (and is preempted) with the plugin gone
+      _exit(0);
+    });
+    long (*run)(int) = nullptr;
+    if (!load_plugin(g_exit_plugin, run)) return 2;
+    std::atomic<bool> ran{false};
+    std::thread worker([&] {
+      run(100);
+      ran = true;
+      for (;;) be_preempted_briefly();  // until the process ends
+    });
+    worker.detach();
+    while (!ran.load()) sched_yield();
+    std::exit(7);  // the handler ends the process first
+  });
+  EXPECT_EQ(rc, 0);
+}
+
 TEST(ProcessEvents, CProgramsUnloadingThePluginWithoutPrepareUnloadSurvive) {
   // unload_c_main.c, linked with libpercpu.so and linked with nothing of percpu.
   for (const char* program : {PERCPU_UNLOAD_C_MAIN_LINKED_PATH, PERCPU_UNLOAD_C_MAIN_PATH}) {
@@ -264,10 +300,9 @@ TEST(ProcessEvents, AStaleDescriptorPointerAfterUnloadIsWhatTheKernelKills) {
   // kernel clear it).
   if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: no registered area";
   const int rc = in_child([] {
-    void* h = dlopen(PERCPU_TEST_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) return 2;
-    auto run = reinterpret_cast<long (*)(int)>(dlsym(h, "plugin_run"));
-    if (run == nullptr) return 3;
+    void* h = nullptr;
+    long (*run)(int) = nullptr;
+    if (!load_plugin(h, run)) return 2;
     std::uint64_t left = 0;
     for (int i = 0; i < 1000 && left == 0; ++i) {
       run(1);

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
-#include <seccomp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include <percpu/percpu.h>
 
 #include "child.h"
+#include "cut_off.h"
 #include "percpu/malloc/introspection.h"
 #include "percpu/malloc/maintenance.h"
 #include "percpu/malloc/stats.h"
@@ -49,7 +49,9 @@ void* operator new(std::size_t n) {
 namespace {
 
 using percpu::index_mode;
+using percpu::test::cut_off_this_thread;
 using percpu::test::in_child;
+using percpu::test::second_cpu;
 using percpu::test::shell;
 
 std::string preloaded(const std::string& args) {
@@ -91,11 +93,13 @@ TEST(StoppedThreads, ChildrenForkedWhileThreadsAreInsideEveryCallCanMakeEveryCal
           by_cid.add(1);
           if (item* it = list.pop()) list.push(it);
           (void)list.try_drain(round % slots);  // its items are lost to the list: a few
-          (void)buf.push(&items[round % 64]);
-          (void)buf.try_drain(round % buf.slots());
+          // Items of their own: a pointer is stored in one place at a time (checked builds).
+          if (item* fresh = new item; !buf.push(fresh)) delete fresh;
+          for (item* p : buf.try_drain(round % buf.slots()).value) delete p;
           auto p = objects.allocate<long>();
           objects.free(p);
-          std::free(std::malloc(static_cast<std::size_t>(16 + round % 5000)));
+          void* volatile block = std::malloc(static_cast<std::size_t>(16 + round % 5000));
+          std::free(block);
           (void)percpu::malloc_impl::figures();
           percpu::malloc_impl::print_stats(fd);
           percpu::malloc_impl::maintain();
@@ -136,18 +140,6 @@ TEST(StoppedThreads, CancellingAThreadInsideMallocIntrospectionEndsOnlyThatThrea
   const auto r = shell(preloaded("cancel-introspection 40 2>/dev/null"));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "cancelled 40\n");
-}
-
-// Denies membarrier (ENOSYS) and sched_setaffinity (EINVAL) to the calling thread only: its
-// fences work by observing the other threads (/proc/self/task/*/stat).
-bool cut_off_this_thread() {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) return false;
-  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(membarrier), 0);
-  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), SCMP_SYS(sched_setaffinity), 0);
-  if (rc == 0) rc = seccomp_load(ctx);
-  seccomp_release(ctx);
-  return rc == 0;
 }
 
 // A drain of `cpu` runs in a thread that can only fence by observation, while the list's owner
@@ -207,19 +199,14 @@ int cancel_drains_by_observation(int cpu, Round owner_round, Drain drain, Count 
   return count() == items ? 0 : 23;
 }
 
-int second_cpu() {
-  const auto& allowed = percpu::machine_topology().allowed_cpus;
-  return allowed.size() >= 2 ? allowed.back() : -1;
-}
-
 TEST(StoppedThreads, AFreelistDrainCancelledDuringItsFenceLeavesTheListOpen) {
   const int cpu = second_cpu();
   if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
   if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: drains need no fence";
   const int rc = in_child(
       [cpu] {
+        std::vector<item> items(8);  // before the list: its destructor walks what it holds
         percpu::freelist<item> list;
-        std::vector<item> items(8);
         {
           percpu::test::pinned on(cpu);
           for (item& it : items) list.push(&it);
@@ -253,8 +240,8 @@ TEST(StoppedThreads, ABufferDrainCancelledDuringItsFenceLeavesTheBufferOpen) {
   if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode: drains need no fence";
   const int rc = in_child(
       [cpu] {
-        percpu::buffer<item*> buf(16);
         std::vector<item> items(8);
+        percpu::buffer<item*> buf(16);
         {
           percpu::test::pinned on(cpu);
           for (item& it : items)
@@ -285,7 +272,11 @@ TEST(StoppedThreads, ABufferDrainCancelledDuringItsFenceLeavesTheBufferOpen) {
 // ---- exceptions ----
 
 percpu::buffer<item*, index_mode::cpu_id>* g_growing = nullptr;
-item g_item;
+item g_items[200];  // distinct pointers: a pointer is stored once at a time (checked builds)
+int g_next_item = 0;
+item* next_item() {
+  return &g_items[g_next_item++];
+}
 
 TEST(StoppedThreads, ABufferDrainThatCannotAllocateThrowsAndLosesNothing) {
   // The buffer grows between try_drain's reservation and its close (the hook pushes 100 more
@@ -296,10 +287,11 @@ TEST(StoppedThreads, ABufferDrainThatCannotAllocateThrowsAndLosesNothing) {
   const int cpu = percpu::current_cpu();
   percpu::test::pinned on(cpu);
   ASSERT_TRUE(on.ok());
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(buf.push(&g_item));
+  g_next_item = 0;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(buf.push(next_item()));
   g_growing = &buf;
   t_before_failing = [] {
-    for (int i = 0; i < 100; ++i) g_growing->push(&g_item);
+    for (int i = 0; i < 100; ++i) g_growing->push(next_item());
   };
   bool threw = false;
   try {
@@ -311,8 +303,9 @@ TEST(StoppedThreads, ABufferDrainThatCannotAllocateThrowsAndLosesNothing) {
   t_before_failing = nullptr;
   EXPECT_TRUE(threw);
   EXPECT_EQ(buf.size(cpu), 150u) << "nothing lost";
-  EXPECT_TRUE(buf.push(&g_item)) << "open: a push commits";
-  EXPECT_EQ(buf.pop(), &g_item);
+  item* one_more = next_item();
+  EXPECT_TRUE(buf.push(one_more)) << "open: a push commits";
+  EXPECT_EQ(buf.pop(), one_more);
   const percpu::remote_result<std::vector<item*>> all = buf.try_drain(cpu);
   EXPECT_FALSE(all.error);
   EXPECT_EQ(all.value.size(), 150u);

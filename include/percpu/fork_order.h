@@ -18,6 +18,13 @@
 
 namespace percpu::detail {
 
+/// Registers the last stage with pthread_atfork() unless it is registered already. libpercpu
+/// calls it from a constructor of priority 101 and from initialize() before that registers the
+/// runtime's own fork handlers, whichever runs first: a handler registered before the last
+/// stage runs its prepare after it, and would then wait, holding fallback mode's stripes, for a
+/// thread that waits for a stripe (a thread holding the runtime's lock and calling malloc).
+PERCPU_API void register_fork_stages() noexcept;
+
 /// Adds an allocator's fork handlers. libpercpu runs every added `prepare` (the latest added
 /// first) after every fork handler registered with pthread_atfork() since libpercpu was loaded
 /// (from a handler it registers before any other of its own, in a constructor of priority 101)

@@ -6,13 +6,18 @@
 // emitted into section __rseq_cs, PERCPU_RSEQ_DESCRIPTOR in arch/rseq_tables.h), which each
 // object defines for its own section.
 //
-// Both the symbols and the teardown object are hidden, so that each object keeps its own: a
-// default-visibility inline variable would be unified across objects by the dynamic linker, and
-// the plugin's teardown would then be the program's. One teardown per object, not per
-// translation unit: an inline variable is constructed (and its teardown registered with the
-// object's __dso_handle) once, where a destructor function in a header would be listed in
-// .fini_array by every translation unit. At exit the teardowns do nothing
-// (register_unload_teardown()).
+// Both the symbols and the teardown are hidden, so that each object keeps its own: a
+// default-visibility inline function would be unified across objects by the dynamic linker,
+// and the plugin's teardown would then be the program's. Each translation unit lists the
+// teardown in the object's .fini_array; a flag of the object's own makes the first run the only
+// one.
+//
+// At exit nothing is done: objects still loaded then are not unmapped, and other threads may
+// still be inside their sections, which would no longer abort with rseq_cs cleared. libpercpu
+// tells the two apart with an exit handler registered when it loads: exit() runs it after every
+// handler registered later (the program's static destructors, atexit() handlers, so a
+// dlclose() from one of those still disarms) and before _dl_fini(), which runs the .fini_array
+// of the objects still loaded.
 #pragma once
 
 #include "percpu/config.h"  // first: the C++20 check
@@ -25,10 +30,6 @@ extern "C" {
 extern const char __start___rseq_cs[] __attribute__((weak, visibility("hidden")));
 extern const char __stop___rseq_cs[] __attribute__((weak, visibility("hidden")));
 }
-// The object's own handle for __cxa_atexit() (crtbegin.o defines one in every object). C++
-// linkage, as the compiler declares it itself for the destructors it registers (an unmangled
-// name either way).
-extern void* __dso_handle __attribute__((visibility("hidden")));
 
 namespace percpu::detail {
 
@@ -50,34 +51,22 @@ namespace percpu::detail {
 /// include/uapi/linux/rseq.h (rseq_cs), get_robust_list(2), process_vm_readv(2).
 PERCPU_API void disarm_range(std::uintptr_t lo, std::uintptr_t hi) noexcept;
 
-/// Registers `teardown` to run when the object `dso` (its __dso_handle) is unloaded, through
-/// __cxa_atexit(), and right after it an exit marker with libpercpu's own handle. Handlers run
-/// in the reverse order of their registration, and dlclose() runs only the unloaded object's:
-/// so at dlclose() the teardown runs and disarms, while at exit() the marker runs first and
-/// the teardown then does nothing (other threads may still be inside the object's sections at
-/// exit, and a section whose rseq_cs was cleared would no longer abort). Each registration
-/// holds a few dozen bytes of the C library's until exit, so a plugin opened and closed N times
-/// holds N markers. Called once per object at its load, from its teardown's constructor.
-PERCPU_API void register_unload_teardown(void (*teardown)(void*), void* dso) noexcept;
+#if !defined(PERCPU_NO_UNLOAD_TEARDOWN)
+/// Set once the object's teardown ran (it is listed once per translation unit).
+__attribute__((visibility("hidden"))) inline bool g_unload_teardown_done = false;
 
-/// The object's teardown: disarm_range() on its own __rseq_cs range (hidden and inline: each
-/// object has its own copy, which reads its own linker symbols).
-__attribute__((visibility("hidden"))) inline void run_unload_teardown(void*) noexcept {
+/// The object's teardown, in its .fini_array: run by dlclose() before the object is unmapped,
+/// and at exit by the C library's last exit step (_dl_fini), when disarm_range() does nothing.
+/// Calls disarm_range() on the object's own __rseq_cs range. Hidden and inline: each object has
+/// its own copy, which reads its own linker symbols. Objects never unloaded before exit
+/// (libpercpu.so and libpercpu_malloc.so, both linked `-z nodelete`) build without it.
+__attribute__((visibility("hidden"), destructor)) inline void run_unload_teardown() noexcept {
+  if (g_unload_teardown_done) return;
+  g_unload_teardown_done = true;
   const auto lo = reinterpret_cast<std::uintptr_t>(__start___rseq_cs);
   const auto hi = reinterpret_cast<std::uintptr_t>(__stop___rseq_cs);
   if (lo != 0 && lo < hi) disarm_range(lo, hi);
 }
-
-/// Registers the object's teardown once per object, when the object is initialized.
-struct unload_teardown {
-  unload_teardown() noexcept { register_unload_teardown(run_unload_teardown, &__dso_handle); }
-};
-
-// Objects never unloaded before exit (libpercpu.so and libpercpu_malloc.so, both linked
-// `-z nodelete`) build without it: at exit other threads may still be inside their sections,
-// and a section whose rseq_cs was cleared would no longer abort.
-#if !defined(PERCPU_NO_UNLOAD_TEARDOWN)
-__attribute__((visibility("hidden"))) inline unload_teardown g_unload_teardown;
 #endif
 
 }  // namespace percpu::detail
