@@ -17,6 +17,7 @@
 #include <percpu/percpu.h>
 #include <atomic>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -283,13 +284,23 @@ TEST(ProcessEvents, APluginClosedFromAnExitHandlerIsDisarmedToo) {
 
 TEST(ProcessEvents, CProgramsUnloadingThePluginWithoutPrepareUnloadSurvive) {
   // unload_c_main.c, linked with libpercpu.so and linked with nothing of percpu.
+  bool no_static_tls = false;
   for (const char* program : {PERCPU_UNLOAD_C_MAIN_LINKED_PATH, PERCPU_UNLOAD_C_MAIN_PATH}) {
     const int rc = in_child([program] {
       execl(program, program, PERCPU_TEST_PLUGIN_PATH, static_cast<char*>(nullptr));
       return 127;
     });
+    // 77: the plugin could not load libpercpu.so (no static TLS left for its initial-exec
+    // thread-locals in a process that did not link it).
+    if (rc == 77 && program == std::string(PERCPU_UNLOAD_C_MAIN_PATH)) {
+      no_static_tls = true;
+      continue;
+    }
     EXPECT_EQ(rc, 0) << program;
   }
+  if (no_static_tls)
+    GTEST_SKIP() << "the program linked with nothing of percpu could not dlopen libpercpu.so: "
+                    "cannot allocate memory in static TLS block (the linked one passed)";
 }
 
 TEST(ProcessEvents, AStaleDescriptorPointerAfterUnloadIsWhatTheKernelKills) {
