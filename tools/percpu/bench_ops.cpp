@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,9 +32,9 @@ namespace {
 const char* primitive_name(op_primitive p) {
   switch (p) {
     case op_primitive::current_cpu:
-      return "current_cpu, non-inlined call";
+      return "current_cpu";
     case op_primitive::current_mm_cid:
-      return "current_mm_cid, non-inlined call";
+      return "current_mm_cid";
     case op_primitive::counter_add:
       return "counter add";
     case op_primitive::lock_unlock:
@@ -66,8 +67,13 @@ const char* who_name(op_who w) {
   return "?";
 }
 
+const char* shape_name(op_shape s) {
+  return s == op_shape::call ? "call" : "inline";
+}
+
 std::string bench_name(const op_contender& c) {
-  return fmt::format("{}/{}/{}", primitive_name(c.primitive), to_string(c.mode), who_name(c.who));
+  return fmt::format("{}/{}/{}/{}", primitive_name(c.primitive), to_string(c.mode),
+                     shape_name(c.shape), who_name(c.who));
 }
 
 // ---- percpu's contenders -------------------------------------------------------------------
@@ -78,6 +84,15 @@ struct record16 {
 struct record64 {
   std::intptr_t word[8];
 };
+
+// The getcpu rows call a function of their own, aligned as call_op is, in every column
+// (the call shape); the inline shape reads the index in the loop.
+[[gnu::noinline, gnu::aligned(64)]] int percpu_cpu() {
+  return current_cpu();
+}
+[[gnu::noinline, gnu::aligned(64)]] int percpu_mm_cid() {
+  return current_mm_cid();
+}
 
 // The structures of one index mode, built once for the whole run.
 template <index_mode M>
@@ -91,6 +106,7 @@ struct percpu_side {
   static inline memcpy_buffer<record64, M>* records64;
   static inline pool<M>* objects;
 
+  static void read_index() { keep(current_index<M>()); }
   static void add_one() { count->add(1); }
   // Through the guard, the way scoped code takes the lock (unlock(index)'s checks are for a
   // caller that passes an index around).
@@ -134,13 +150,16 @@ struct percpu_side {
       spare.pop_back();
     }
   }
-  static std::uint64_t list_loop(int thread, const std::atomic<bool>& stop) {
-    if constexpr (M == index_mode::mm_cid) {
-      std::lock_guard<std::mutex> hold(spare_lock);
-      prime_own_list();
+  template <auto Op, op_shape S>
+  struct list_loop {
+    static std::uint64_t loop(int thread, const std::atomic<bool>& stop) {
+      if constexpr (M == index_mode::mm_cid) {
+        std::lock_guard<std::mutex> hold(spare_lock);
+        prime_own_list();
+      }
+      return shaped_loop<Op, S>(thread, stop);
     }
-    return op_loop<pop_push>(thread, stop);
-  }
+  };
   static inline std::vector<op_list_item*> spare;
   static inline std::mutex spare_lock;
 
@@ -157,25 +176,22 @@ struct percpu_side {
 
   static void add_rows(std::vector<op_contender>& out) {
     const op_who w = op_who::percpu;
-    out.push_back({op_primitive::counter_add, M, w, op_loop<add_one>, {}});
-    out.push_back({op_primitive::lock_unlock, M, w, op_loop<lock_unlock>, {}});
-    out.push_back({op_primitive::list_pop_push, M, w, list_loop, refill_lists});
-    out.push_back({op_primitive::buffer_push_pop, M, w, op_loop<buffer_push_pop>, {}});
+    constexpr op_primitive read =
+        M == index_mode::cpu_id ? op_primitive::current_cpu : op_primitive::current_mm_cid;
+    // The call shape of the index read calls a function that returns it (below); the inline
+    // shape reads it in the loop.
     out.push_back(
-        {op_primitive::memcpy16, M, w, op_loop<memcpy_push_pop<record16, &records16>>, {}});
-    out.push_back(
-        {op_primitive::memcpy64, M, w, op_loop<memcpy_push_pop<record64, &records64>>, {}});
-    out.push_back({op_primitive::pool_alloc_free, M, w, op_loop<alloc_free>, {}});
+        {read, M, w, op_loop < M == index_mode::cpu_id ? percpu_cpu : percpu_mm_cid >, {}});
+    out.push_back({read, M, w, inline_loop<read_index>, {}, op_shape::inlined});
+    add_shapes<add_one, plain>(out, op_primitive::counter_add, M, w);
+    add_shapes<lock_unlock, plain>(out, op_primitive::lock_unlock, M, w);
+    add_shapes<pop_push, list_loop>(out, op_primitive::list_pop_push, M, w, refill_lists);
+    add_shapes<buffer_push_pop, plain>(out, op_primitive::buffer_push_pop, M, w);
+    add_shapes<memcpy_push_pop<record16, &records16>, plain>(out, op_primitive::memcpy16, M, w);
+    add_shapes<memcpy_push_pop<record64, &records64>, plain>(out, op_primitive::memcpy64, M, w);
+    add_shapes<alloc_free, plain>(out, op_primitive::pool_alloc_free, M, w);
   }
 };
-
-// The getcpu rows call a function of their own, aligned as call_op is, in every column.
-[[gnu::noinline, gnu::aligned(64)]] int percpu_cpu() {
-  return current_cpu();
-}
-[[gnu::noinline, gnu::aligned(64)]] int percpu_mm_cid() {
-  return current_mm_cid();
-}
 
 // ---- the atomic baseline: the same per-CPU slots, updated with atomic instructions -------
 
@@ -183,7 +199,9 @@ template <index_mode M>
 struct atomic_side {
   static inline op_memory* memory;
 
-  static std::intptr_t* words() { return memory->regions[current_index<M>()].word; }
+  static inline char* base;
+
+  static std::intptr_t* words() { return op_memory::region_of(base, current_index<M>()); }
   // A per-index lock taken with an atomic exchange (word 1), around each pop, push and copy.
   static void lock(std::intptr_t* r) {
     while (__atomic_exchange_n(&r[1], 1, __ATOMIC_ACQUIRE) != 0) PERCPU_CPU_RELAX();
@@ -230,21 +248,27 @@ struct atomic_side {
   }
   static void reset() { memory->clear(); }
   static void refill_lists() { memory->refill_lists(); }
-  static void build(int slots) { memory = new op_memory(slots); }
+  static void build(int slots) {
+    memory = new op_memory(slots);
+    base = memory->base();
+  }
 
   static void add_rows(std::vector<op_contender>& out) {
     const op_who w = op_who::baseline;
-    out.push_back({op_primitive::counter_add, M, w, op_loop<add_one>, reset});
-    out.push_back({op_primitive::lock_unlock, M, w, op_loop<lock_unlock>, reset});
-    out.push_back({op_primitive::list_pop_push, M, w, op_loop<pop_push>, refill_lists});
-    out.push_back({op_primitive::buffer_push_pop, M, w, op_loop<push_pop<1>>, reset});
-    out.push_back({op_primitive::memcpy16, M, w, op_loop<push_pop<2>>, reset});
-    out.push_back({op_primitive::memcpy64, M, w, op_loop<push_pop<8>>, reset});
+    add_shapes<add_one, plain>(out, op_primitive::counter_add, M, w, reset);
+    add_shapes<lock_unlock, plain>(out, op_primitive::lock_unlock, M, w, reset);
+    add_shapes<pop_push, plain>(out, op_primitive::list_pop_push, M, w, refill_lists);
+    add_shapes<push_pop<1>, plain>(out, op_primitive::buffer_push_pop, M, w, reset);
+    add_shapes<push_pop<2>, plain>(out, op_primitive::memcpy16, M, w, reset);
+    add_shapes<push_pop<8>, plain>(out, op_primitive::memcpy64, M, w, reset);
   }
 };
 
 [[gnu::noinline, gnu::aligned(64)]] int glibc_sched_getcpu() {
   return sched_getcpu();
+}
+void glibc_read_cpu() {
+  keep(sched_getcpu());
 }
 
 std::vector<op_contender> percpu_and_atomic_contenders(int slots) {
@@ -253,18 +277,17 @@ std::vector<op_contender> percpu_and_atomic_contenders(int slots) {
   percpu_side<index_mode::mm_cid>::build(index_space<index_mode::mm_cid>());
   atomic_side<index_mode::cpu_id>::build(slots);
   atomic_side<index_mode::mm_cid>::build(index_space<index_mode::mm_cid>());
-  out.push_back(
-      {op_primitive::current_cpu, index_mode::cpu_id, op_who::percpu, op_loop<percpu_cpu>, {}});
   out.push_back({op_primitive::current_cpu,
                  index_mode::cpu_id,
                  op_who::baseline,
                  op_loop<glibc_sched_getcpu>,
                  {}});
-  out.push_back({op_primitive::current_mm_cid,
-                 index_mode::mm_cid,
-                 op_who::percpu,
-                 op_loop<percpu_mm_cid>,
-                 {}});
+  out.push_back({op_primitive::current_cpu,
+                 index_mode::cpu_id,
+                 op_who::baseline,
+                 inline_loop<glibc_read_cpu>,
+                 {},
+                 op_shape::inlined});
   percpu_side<index_mode::cpu_id>::add_rows(out);
   percpu_side<index_mode::mm_cid>::add_rows(out);
   atomic_side<index_mode::cpu_id>::add_rows(out);
@@ -282,8 +305,8 @@ constexpr std::array<op_primitive, 9> kRows = {
     op_primitive::memcpy16,    op_primitive::memcpy64,       op_primitive::pool_alloc_free};
 
 const bench_result* find(const std::vector<bench_result>& results, op_primitive p, index_mode m,
-                         op_who w, int threads) {
-  op_contender key{p, m, w, {}, {}};
+                         op_shape shape, op_who w, int threads) {
+  op_contender key{p, m, w, {}, {}, shape};
   return find_result(results, bench_name(key), threads);
 }
 
@@ -309,18 +332,20 @@ std::string ratio(const bench_result* ours, const bench_result* other) {
   return r ? fmt::format("{:.2f}x", *r) : "-";
 }
 
-void print_table(const std::vector<bench_result>& results, int threads) {
-  fmt::print("{} thread{}\n", threads, threads == 1 ? "" : "s");
+void print_table(const std::vector<bench_result>& results, int threads, op_shape shape) {
+  fmt::print("{} thread{}, {}\n", threads, threads == 1 ? "" : "s",
+             shape == op_shape::call ? "through a call (a function of its own per operation)"
+                                     : "inlined in the caller's loop");
   fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}\n", "primitive", "mode",
              "percpu", "minimal", "librseq", "atomic", "/minimal", "/librseq", "spread");
   bool noisy = false;
   for (index_mode m : {index_mode::cpu_id, index_mode::mm_cid}) {
     for (op_primitive p : kRows) {
-      const bench_result* ours = find(results, p, m, op_who::percpu, threads);
+      const bench_result* ours = find(results, p, m, shape, op_who::percpu, threads);
       if (!ours) continue;
-      const bench_result* minimal = find(results, p, m, op_who::minimal, threads);
-      const bench_result* lib = find(results, p, m, op_who::librseq, threads);
-      const bench_result* base = find(results, p, m, op_who::baseline, threads);
+      const bench_result* minimal = find(results, p, m, shape, op_who::minimal, threads);
+      const bench_result* lib = find(results, p, m, shape, op_who::librseq, threads);
+      const bench_result* base = find(results, p, m, shape, op_who::baseline, threads);
       for (const bench_result* r : {ours, minimal, lib, base}) noisy = noisy || (r && r->noisy());
       fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6}%\n", primitive_name(p),
                  to_string(m), cell(ours), cell(minimal), cell(lib), cell(base),
@@ -331,17 +356,18 @@ void print_table(const std::vector<bench_result>& results, int threads) {
   fmt::print("\n");
 }
 
-// The worst ratio of percpu to `other` over the rows at `threads`, with its row.
+// The worst ratio of percpu to `other` over the rows of one shape at `threads`, with its row.
 struct worst_ratio {
   double value = 0;
   std::string row;
 };
-worst_ratio worst(const std::vector<bench_result>& results, op_who other, int threads) {
+worst_ratio worst(const std::vector<bench_result>& results, op_who other, op_shape shape,
+                  int threads) {
   worst_ratio w;
   for (index_mode m : {index_mode::cpu_id, index_mode::mm_cid})
     for (op_primitive p : kRows) {
-      const bench_result* ours = find(results, p, m, op_who::percpu, threads);
-      const bench_result* theirs = find(results, p, m, other, threads);
+      const bench_result* ours = find(results, p, m, shape, op_who::percpu, threads);
+      const bench_result* theirs = find(results, p, m, shape, other, threads);
       const auto r = round_ratio(ours, theirs);
       if (r && *r > w.value) w = {*r, fmt::format("{} ({})", primitive_name(p), to_string(m))};
     }
@@ -390,10 +416,10 @@ int bench_ops(const bench_options& options) {
   // contenders of one row run back to back, so the ratios of a row compare runs a few tens of
   // milliseconds apart; on a shared machine, many short rounds give steadier medians than a few
   // long ones.
-  std::stable_sort(contenders.begin(), contenders.end(),
-                   [](const op_contender& a, const op_contender& b) {
-                     return std::pair(a.mode, a.primitive) < std::pair(b.mode, b.primitive);
-                   });
+  std::stable_sort(
+      contenders.begin(), contenders.end(), [](const op_contender& a, const op_contender& b) {
+        return std::tuple(a.mode, a.primitive, a.shape) < std::tuple(b.mode, b.primitive, b.shape);
+      });
   const bench_plan plan = make_plan(options, {15, 0.04}, {5, 0.02});
   std::vector<int> thread_counts = {1};
   if (cpus > 1) thread_counts.push_back(cpus);
@@ -418,13 +444,16 @@ int bench_ops(const bench_options& options) {
       cpus == 1 ? std::string("1 CPU") : fmt::format("{} CPUs", cpus),
       minimal_missing.empty() ? "" : " (" + minimal_missing + ")",
       librseq_missing.empty() ? "its operations, as its own tests write them" : librseq_missing);
-  for (int threads : thread_counts) print_table(results, threads);
-  for (op_who other : {op_who::minimal, op_who::librseq}) {
-    const worst_ratio w = worst(results, other, 1);
-    if (w.value > 0)
-      fmt::print("at 1 thread percpu takes at most {:.2f}x {}'s time ({})\n", w.value,
-                 who_name(other), w.row);
-  }
+  for (int threads : thread_counts)
+    for (op_shape shape : {op_shape::call, op_shape::inlined}) print_table(results, threads, shape);
+  for (op_shape shape : {op_shape::call, op_shape::inlined})
+    for (op_who other : {op_who::minimal, op_who::librseq}) {
+      const worst_ratio w = worst(results, other, shape, 1);
+      if (w.value > 0)
+        fmt::print("at 1 thread, {}, percpu takes at most {:.2f}x {}'s time ({})\n",
+                   shape == op_shape::call ? "through a call" : "inlined", w.value, who_name(other),
+                   w.row);
+    }
   // Memory per object: after the timed rounds, so their pools' memory is already resident.
   // -1: not measured.
   const double ours = percpu_pool_bytes_per_object().value_or(-1);

@@ -18,10 +18,10 @@
 
 namespace percpu::cli {
 
-/// The primitives the suite measures, one row each (per index mode).
+/// The primitives the suite measures, one row each (per index mode and shape).
 enum class op_primitive {
-  current_cpu,      ///< the CPU number through a non-inlined call
-  current_mm_cid,   ///< the concurrency id through a non-inlined call
+  current_cpu,      ///< the CPU number
+  current_mm_cid,   ///< the concurrency id
   counter_add,      ///< add 1 to the calling thread's slot
   lock_unlock,      ///< take and release the calling thread's per-CPU lock
   list_pop_push,    ///< pop an item from the calling thread's list and push it back
@@ -34,14 +34,24 @@ enum class op_primitive {
 /// Who implements a contender: a column of the table.
 enum class op_who { percpu, minimal, baseline, librseq };
 
-/// One contender: the loop one thread runs (operations until `stop`, returning how many), and
-/// what to do before each repetition's threads start (refill lists, say), if anything.
+/// How the caller's code holds the operation: the two shapes users write.
+enum class op_shape {
+  call,     ///< through a call of a function of its own, not inlined into the loop
+  inlined,  ///< inlined into the caller's loop, so loads of state may be hoisted out of it
+};
+
+/// The loop one thread of a contender runs: operations until `stop`, returning how many.
+using op_body = std::uint64_t (*)(int thread, const std::atomic<bool>& stop);
+
+/// One contender: the loop one thread runs, and what to do before each repetition's threads
+/// start (refill lists, say), if anything.
 struct op_contender {
   op_primitive primitive;
   index_mode mode;
   op_who who;
-  std::function<std::uint64_t(int thread, const std::atomic<bool>& stop)> body;
+  op_body body;
   std::function<void()> before_run;
+  op_shape shape = op_shape::call;
 };
 
 /// One operation of a contender, in a function of its own: not inlined into the loop, and
@@ -53,11 +63,52 @@ template <auto Op>
   Op();
 }
 
-/// The loop of one thread of a contender: call_op<Op>() until `stop` (bench_runner.h's
-/// run_until).
+/// The call shape's loop: call_op<Op>() until `stop` (bench_runner.h's run_until).
 template <auto Op>
 std::uint64_t op_loop(int, const std::atomic<bool>& stop) {
   return run_until(stop, [] { call_op<Op>(); });
+}
+
+/// The inline shape's loop: Op and everything it calls inlined into the loop (flatten), the
+/// function starting on a 64-byte boundary as call_op does. What stays a call is what the
+/// implementation keeps out of line (its slow paths).
+template <auto Op>
+[[gnu::noinline, gnu::flatten, gnu::aligned(64)]] std::uint64_t inline_loop(
+    int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { Op(); });
+}
+
+/// The loop of shape S: op_loop<Op> or inline_loop<Op>.
+template <auto Op, op_shape S>
+std::uint64_t shaped_loop(int thread, const std::atomic<bool>& stop) {
+  if constexpr (S == op_shape::call) {
+    return op_loop<Op>(thread, stop);
+  } else {
+    return inline_loop<Op>(thread, stop);
+  }
+}
+
+/// Adds Op's contender in both shapes; `Wrap<Op, S>` is the loop of each (shaped_loop, or one
+/// that prepares the thread first and then runs it).
+template <auto Op, template <auto, op_shape> class Wrap>
+void add_shapes(std::vector<op_contender>& out, op_primitive p, index_mode m, op_who w,
+                const std::function<void()>& before_run = {}) {
+  out.push_back({p, m, w, Wrap<Op, op_shape::call>::loop, before_run, op_shape::call});
+  out.push_back({p, m, w, Wrap<Op, op_shape::inlined>::loop, before_run, op_shape::inlined});
+}
+
+/// The plain wrapper of add_shapes(): the shape's loop, nothing before it.
+template <auto Op, op_shape S>
+struct plain {
+  static std::uint64_t loop(int thread, const std::atomic<bool>& stop) {
+    return shaped_loop<Op, S>(thread, stop);
+  }
+};
+
+/// Keeps the compiler from dropping a value an inlined loop computes, at no cost (no store).
+template <class T>
+[[gnu::always_inline]] inline void keep(T value) {
+  asm volatile("" : : "r"(value));
 }
 
 /// Items in each index's list or buffer before a run, so that pops find one even when threads
@@ -76,15 +127,26 @@ struct op_list_item {
 /// word 0 is the counter, the lock, the list head or the count; word 1 the atomic side's lock;
 /// the entries or records start at word 8, room for kBufferCapacity records of 64 bytes. Plus
 /// kPrefill list items per index. Allocated once for the run (never freed: the suite's threads use
-/// it to the end).
+/// it to the end). Regions lie kRegionShift-sized strides apart, a power of two, as librseq's
+/// mempool lays out per-CPU memory: the address of an index's region is one shift and one add
+/// (region_of()).
 struct op_memory {
-  struct alignas(64) region {
+  static constexpr unsigned kRegionShift = 13;
+  static constexpr std::size_t kRegionBytes = std::size_t{1} << kRegionShift;
+  struct alignas(kRegionBytes) region {
     std::intptr_t word[8 + kBufferCapacity * 8];
   };
+  static_assert(sizeof(region) == kRegionBytes);
   explicit op_memory(int slots)
       : slots(slots),
         regions(static_cast<std::size_t>(slots)),
         items(static_cast<std::size_t>(slots) * kPrefill) {}
+  /// Words of index `i`'s region, from the regions' base (a global copy of regions.data(), so
+  /// that the contenders load one pointer, as a user of a per-CPU pool does).
+  static std::intptr_t* region_of(char* base, int i) {
+    return reinterpret_cast<std::intptr_t*>(base + (static_cast<std::size_t>(i) << kRegionShift));
+  }
+  char* base() { return reinterpret_cast<char*>(regions.data()); }
   /// Zeroes every index's words 0 and 1 (counts, locks, heads).
   void clear() {
     for (region& r : regions) r.word[0] = r.word[1] = 0;

@@ -20,10 +20,11 @@ namespace percpu::cli {
 namespace {
 
 op_memory* g_memory;
+char* g_base;  // g_memory->base(): regions a power of two apart, as rseq_percpu_ptr() steps
 rseq_mempool* g_mempool;
 
 std::intptr_t* words(int index) {
-  return g_memory->regions[index].word;
+  return op_memory::region_of(g_base, index);
 }
 void clear_regions() {
   g_memory->clear();
@@ -44,6 +45,14 @@ int index_now() {
 }
 [[gnu::noinline, gnu::aligned(64)]] int librseq_mm_cid() {
   return static_cast<int>(rseq_current_mm_cid());
+}
+// Inlined, the raw reads: rseq_current_cpu_raw() (no check of the sign; the checked
+// rseq_current_cpu() is the call shape's) and rseq_current_mm_cid().
+void read_cpu() {
+  keep(rseq_current_cpu_raw());
+}
+void read_mm_cid() {
+  keep(rseq_current_mm_cid());
 }
 
 template <rseq_percpu_mode P>
@@ -140,27 +149,36 @@ void mempool_alloc_free() {
 
 // librseq must know each thread before its first operation: with glibc's area this only
 // checks that glibc registered it.
-template <auto Op>
-std::uint64_t registered_loop(int thread, const std::atomic<bool>& stop) {
-  rseq_register_current_thread();
-  return op_loop<Op>(thread, stop);
-}
+template <auto Op, op_shape S>
+struct registered_loop {
+  static std::uint64_t loop(int thread, const std::atomic<bool>& stop) {
+    rseq_register_current_thread();
+    return shaped_loop<Op, S>(thread, stop);
+  }
+};
 
 template <rseq_percpu_mode P>
 void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
   const op_who w = op_who::librseq;
-  out.push_back({op_primitive::counter_add, m, w, registered_loop<add_one<P>>, clear_regions});
-  out.push_back({op_primitive::lock_unlock, m, w, registered_loop<lock_unlock<P>>, clear_regions});
-  out.push_back({op_primitive::list_pop_push, m, w, registered_loop<pop_push<P>>, refill_lists});
+  const op_primitive read =
+      P == RSEQ_PERCPU_CPU_ID ? op_primitive::current_cpu : op_primitive::current_mm_cid;
+  constexpr auto call_read = P == RSEQ_PERCPU_CPU_ID ? librseq_cpu : librseq_mm_cid;
+  constexpr auto inline_read = P == RSEQ_PERCPU_CPU_ID ? read_cpu : read_mm_cid;
+  out.push_back({read, m, w, registered_loop<call_read, op_shape::call>::loop, {}});
   out.push_back(
-      {op_primitive::buffer_push_pop, m, w, registered_loop<buffer_push_pop<P>>, clear_regions});
-  out.push_back(
-      {op_primitive::memcpy16, m, w, registered_loop<memcpy_push_pop<P, 16>>, clear_regions});
-  out.push_back(
-      {op_primitive::memcpy64, m, w, registered_loop<memcpy_push_pop<P, 64>>, clear_regions});
+      {read, m, w, registered_loop<inline_read, op_shape::inlined>::loop, {}, op_shape::inlined});
+  add_shapes<add_one<P>, registered_loop>(out, op_primitive::counter_add, m, w, clear_regions);
+  add_shapes<lock_unlock<P>, registered_loop>(out, op_primitive::lock_unlock, m, w, clear_regions);
+  add_shapes<pop_push<P>, registered_loop>(out, op_primitive::list_pop_push, m, w, refill_lists);
+  add_shapes<buffer_push_pop<P>, registered_loop>(out, op_primitive::buffer_push_pop, m, w,
+                                                  clear_regions);
+  add_shapes<memcpy_push_pop<P, 16>, registered_loop>(out, op_primitive::memcpy16, m, w,
+                                                      clear_regions);
+  add_shapes<memcpy_push_pop<P, 64>, registered_loop>(out, op_primitive::memcpy64, m, w,
+                                                      clear_regions);
   // The mempool has no per-CPU caches: the same pool serves both modes' rows.
   if (g_mempool != nullptr)
-    out.push_back({op_primitive::pool_alloc_free, m, w, registered_loop<mempool_alloc_free>, {}});
+    add_shapes<mempool_alloc_free, registered_loop>(out, op_primitive::pool_alloc_free, m, w);
 }
 
 }  // namespace
@@ -180,26 +198,15 @@ std::vector<op_contender> librseq_contenders(int slots, std::string& why_not) {
     return {};
   }
   g_memory = new op_memory(slots);
+  g_base = g_memory->base();
   rseq_mempool_attr* attr = rseq_mempool_attr_create();
   rseq_mempool_attr_set_percpu(attr, RSEQ_MEMPOOL_STRIDE, slots);
   g_mempool = rseq_mempool_create("percpu bench ops", sizeof(std::intptr_t), attr);
   rseq_mempool_attr_destroy(attr);
 
   std::vector<op_contender> out;
-  out.push_back({op_primitive::current_cpu,
-                 index_mode::cpu_id,
-                 op_who::librseq,
-                 registered_loop<librseq_cpu>,
-                 {}});
   add_mode_rows<RSEQ_PERCPU_CPU_ID>(out, index_mode::cpu_id);
-  if (rseq_mm_cid_available()) {
-    out.push_back({op_primitive::current_mm_cid,
-                   index_mode::mm_cid,
-                   op_who::librseq,
-                   registered_loop<librseq_mm_cid>,
-                   {}});
-    add_mode_rows<RSEQ_PERCPU_MM_CID>(out, index_mode::mm_cid);
-  }
+  if (rseq_mm_cid_available()) add_mode_rows<RSEQ_PERCPU_MM_CID>(out, index_mode::mm_cid);
   return out;
 }
 

@@ -178,9 +178,10 @@ ne:
 }
 
 op_memory* g_memory;
+char* g_base;  // g_memory->base()
 
 std::intptr_t* words(int index) {
-  return g_memory->regions[index].word;
+  return op_memory::region_of(g_base, index);
 }
 void clear_regions() {
   g_memory->clear();
@@ -193,25 +194,31 @@ void refill_lists() {
 // one: where percpu registers its own area (glibc's registration off), it does so on a thread's
 // first getcpu-cache call. An unregistered area reads cpu_id -1 (an index outside the regions)
 // and mm_cid 0, and the kernel would not abort a section armed there.
-template <auto Op>
-std::uint64_t registered_loop(int thread, const std::atomic<bool>& stop) {
-  (void)current_cpu();
-  if (arch::load_area_i32<abi::kOffCpuId>(g_off) < 0) {
-    // Registration failed in this thread (and the process left rseq mode): stop rather than
-    // run sections the kernel would not protect.
-    std::fprintf(stderr,
-                 "percpu bench ops: a thread's rseq area is not registered: the "
-                 "hand-written sequences cannot run\n");
-    std::exit(1);
+template <auto Op, op_shape S>
+struct registered_loop {
+  static std::uint64_t loop(int thread, const std::atomic<bool>& stop) {
+    (void)current_cpu();
+    if (arch::load_area_i32<abi::kOffCpuId>(g_off) < 0) {
+      // Registration failed in this thread (and the process left rseq mode): stop rather than
+      // run sections the kernel would not protect.
+      std::fprintf(stderr,
+                   "percpu bench ops: a thread's rseq area is not registered: the "
+                   "hand-written sequences cannot run\n");
+      std::exit(1);
+    }
+    return shaped_loop<Op, S>(thread, stop);
   }
-  return op_loop<Op>(thread, stop);
-}
+};
 
 [[gnu::noinline, gnu::aligned(64)]] int minimal_cpu() {
   return arch::load_area_i32<abi::kOffCpuId>(g_off);
 }
 [[gnu::noinline, gnu::aligned(64)]] int minimal_mm_cid() {
   return arch::load_area_i32<abi::kOffMmCid>(g_off);
+}
+template <std::uint32_t Field>
+void read_index() {
+  keep(arch::load_area_i32<Field>(g_off));
 }
 
 template <std::uint32_t F>
@@ -296,18 +303,22 @@ void memcpy_push_pop() {
 
 template <std::uint32_t F>
 void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
+  const op_who w = op_who::minimal;
+  const op_primitive read =
+      F == abi::kOffCpuId ? op_primitive::current_cpu : op_primitive::current_mm_cid;
+  constexpr auto call_read = F == abi::kOffCpuId ? minimal_cpu : minimal_mm_cid;
+  out.push_back({read, m, w, registered_loop<call_read, op_shape::call>::loop, {}});
   out.push_back(
-      {op_primitive::counter_add, m, op_who::minimal, registered_loop<add_one<F>>, clear_regions});
-  out.push_back({op_primitive::lock_unlock, m, op_who::minimal, registered_loop<lock_unlock<F>>,
-                 clear_regions});
-  out.push_back({op_primitive::list_pop_push, m, op_who::minimal, registered_loop<pop_push<F>>,
-                 refill_lists});
-  out.push_back({op_primitive::buffer_push_pop, m, op_who::minimal,
-                 registered_loop<buffer_push_pop<F>>, clear_regions});
-  out.push_back({op_primitive::memcpy16, m, op_who::minimal,
-                 registered_loop<memcpy_push_pop<F, 16>>, clear_regions});
-  out.push_back({op_primitive::memcpy64, m, op_who::minimal,
-                 registered_loop<memcpy_push_pop<F, 64>>, clear_regions});
+      {read, m, w, registered_loop<read_index<F>, op_shape::inlined>::loop, {}, op_shape::inlined});
+  add_shapes<add_one<F>, registered_loop>(out, op_primitive::counter_add, m, w, clear_regions);
+  add_shapes<lock_unlock<F>, registered_loop>(out, op_primitive::lock_unlock, m, w, clear_regions);
+  add_shapes<pop_push<F>, registered_loop>(out, op_primitive::list_pop_push, m, w, refill_lists);
+  add_shapes<buffer_push_pop<F>, registered_loop>(out, op_primitive::buffer_push_pop, m, w,
+                                                  clear_regions);
+  add_shapes<memcpy_push_pop<F, 16>, registered_loop>(out, op_primitive::memcpy16, m, w,
+                                                      clear_regions);
+  add_shapes<memcpy_push_pop<F, 64>, registered_loop>(out, op_primitive::memcpy64, m, w,
+                                                      clear_regions);
 }
 
 }  // namespace
@@ -320,21 +331,10 @@ std::vector<op_contender> minimal_contenders(int slots, std::string& why_not) {
   }
   g_off = reg.rseq_offset;
   g_memory = new op_memory(slots);
+  g_base = g_memory->base();
   std::vector<op_contender> out;
-  out.push_back({op_primitive::current_cpu,
-                 index_mode::cpu_id,
-                 op_who::minimal,
-                 registered_loop<minimal_cpu>,
-                 {}});
   add_mode_rows<abi::kOffCpuId>(out, index_mode::cpu_id);
-  if (reg.fields.mm_cid) {
-    out.push_back({op_primitive::current_mm_cid,
-                   index_mode::mm_cid,
-                   op_who::minimal,
-                   registered_loop<minimal_mm_cid>,
-                   {}});
-    add_mode_rows<abi::kOffMmCid>(out, index_mode::mm_cid);
-  }
+  if (reg.fields.mm_cid) add_mode_rows<abi::kOffMmCid>(out, index_mode::mm_cid);
   return out;
 }
 
