@@ -45,7 +45,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace percpu {
 namespace detail {
-hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0, 0, 0, 0};
+hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 }  // namespace detail
 
 namespace {
@@ -256,6 +256,16 @@ void do_initialize() {
                    __ATOMIC_RELEASE);
   __atomic_store_n(&g_hot.mm_cid_bound, static_cast<std::uint32_t>(machine_topology().mm_cid_bound),
                    __ATOMIC_RELEASE);
+  // The getcpu cache's words, where the offsets fit in their 32 bits (else they stay 0, and the
+  // getcpu cache takes its slow path, which reads the full offsets).
+  auto fits = [](std::intptr_t v) { return v == static_cast<std::int32_t>(v); };
+  if (fits(g_hot.rseq_offset) && fits(g_hot.mm_cid_index_offset)) {
+    __atomic_store_n(&g_hot.cpu_word, detail::getcpu_word(g_hot.rseq_offset, g_hot.cpu_id_bound),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&g_hot.mm_cid_word,
+                     detail::getcpu_word(g_hot.mm_cid_index_offset, g_hot.mm_cid_bound),
+                     __ATOMIC_RELEASE);
+  }
 }
 
 std::atomic<int> g_init_state{0};  // 0: not started, 1: running, 2: done

@@ -42,24 +42,28 @@ PERCPU_ALWAYS_INLINE bool in_bound(std::int32_t id, std::uint32_t bound) noexcep
 /// area holds a cpu_id inside the index space; false otherwise (not initialized, thread not
 /// registered, fallback mode from the start, an id beyond the index space).
 ///
-/// The bound is loaded first, with acquire order (initialize() stores it last): a nonzero bound
-/// means the offset is set. Before initialization the offset is 0 and the load reads the
-/// thread's control block (always mapped; the value is discarded against a bound of 0). In
-/// fallback mode from the start the offset is percpu's own area, never registered: cpu_id -1.
+/// One word gives the area's offset and the index space's bound (g_hot.cpu_word), loaded so the
+/// compiler may hoist it out of the caller's loop (load_invariant()): inlined in a loop, the
+/// fast path is the load of cpu_id and one compare. Before initialization the word is 0: the
+/// load reads the thread's control block (always mapped; the value is discarded against a
+/// bound of 0). In fallback mode from the start the offset is percpu's own area, never
+/// registered: cpu_id -1.
 PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
-  const std::uint32_t bound = __atomic_load_n(&g_hot.cpu_id_bound, __ATOMIC_ACQUIRE);
-  cpu = arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset);
-  return in_bound(cpu, bound);
+  const std::uint64_t word = load_invariant(g_hot.cpu_word);
+  cpu = arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(word));
+  return in_bound(cpu, static_cast<std::uint32_t>(word >> 32));
 }
 
-/// The fast path of current_mm_cid(), likewise. Reads the field of g_hot.mm_cid_index_offset
-/// (mm_cid, or cpu_id where the kernel lacks mm_cid), after checking cpu_id: an unregistered
-/// area (a thread whose registration failed) can hold a valid-looking mm_cid, 0 or a stale one.
+/// The fast path of current_mm_cid(), likewise. Reads the field of g_hot.mm_cid_word (mm_cid,
+/// or cpu_id where the kernel lacks mm_cid), after checking cpu_id: an unregistered area (a
+/// thread whose registration failed) can hold a valid-looking mm_cid, 0 or a stale one.
 PERCPU_ALWAYS_INLINE bool try_current_mm_cid(int& cid) noexcept {
-  const std::uint32_t bound = __atomic_load_n(&g_hot.mm_cid_bound, __ATOMIC_ACQUIRE);
-  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(g_hot.rseq_offset) < 0)) return false;
-  cid = arch::load_area_i32<0>(g_hot.mm_cid_index_offset);
-  return in_bound(cid, bound);
+  const std::uint64_t word = load_invariant(g_hot.mm_cid_word);
+  const std::uint64_t cpu_word = load_invariant(g_hot.cpu_word);
+  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(cpu_word)) < 0))
+    return false;
+  cid = arch::load_area_i32<0>(static_cast<std::int32_t>(word));
+  return in_bound(cid, static_cast<std::uint32_t>(word >> 32));
 }
 }  // namespace detail
 

@@ -34,10 +34,11 @@ inline constexpr std::uint32_t kCurrentField =
 
 /// Runs `section(off)` with the area's offset, or reports slow before initialization (no offset
 /// yet: an arming store through offset 0 would hit the thread control block). The offset is
-/// written once, from 0 to its final value, so a plain load that reads it nonzero reads it final.
+/// written once, from 0 to its final value, so a load that reads it nonzero reads it final; it
+/// is loaded so the compiler may hoist it out of the caller's loop (load_invariant()).
 template <class Section>
 PERCPU_ALWAYS_INLINE current_result with_area(Section&& section) noexcept {
-  const std::intptr_t off = g_hot.rseq_offset;
+  const std::intptr_t off = load_invariant(g_hot.rseq_offset);
   if (PERCPU_UNLIKELY(off == 0)) return current_result::slow;
   return section(off);
 }
@@ -48,83 +49,88 @@ inline status fast_status(current_result r) noexcept {
   return r == current_result::aborted ? status::aborted : status::compare_failed;
 }
 
+/// Shift: 0 when slot i lies at t.base + i * t.stride; otherwise t.stride is 1 << Shift, known
+/// at compile time, and the section shifts the index instead of multiplying it (slot_array's
+/// with_table() picks it).
+
 /// *slot += count on the calling thread's slot of `t`.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_add(slot_table t, std::intptr_t count) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_add<kCurrentField<M>>(off, t, count);
+    return arch::current_add<kCurrentField<M>, Shift>(off, t, count);
   });
 }
 
 /// if (*slot == expect) *slot = newv on the calling thread's slot of `t`; miss when it differs.
 /// On commit, `word` is the slot and `index` its index.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_store(slot_table t, std::intptr_t expect,
                                                           std::intptr_t newv, std::intptr_t*& word,
                                                           int& index) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_store<kCurrentField<M>>(off, t, expect, newv, word, index);
+    return arch::current_compare_store<kCurrentField<M>, Shift>(off, t, expect, newv, word, index);
   });
 }
 
 /// Pops the first item of the calling thread's list in `t` (slots {head, gate}; items linked
 /// through the word `link` bytes into each) into `item`; miss when the list is empty and open,
 /// slow when a drain has it closed.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_pop(slot_table t, std::ptrdiff_t link,
                                                         std::intptr_t& item) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_pop<kCurrentField<M>>(off, t, link, item);
+    return arch::current_compare_pop<kCurrentField<M>, Shift>(off, t, link, item);
   });
 }
 
 /// Pushes `item` onto the calling thread's list in `t` (as current_compare_pop); slow when a
 /// drain has it closed.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrdiff_t link,
                                                          std::intptr_t item) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_push<kCurrentField<M>>(off, t, link, item);
+    return arch::current_compare_push<kCurrentField<M>, Shift>(off, t, link, item);
   });
 }
 
 /// Pushes `value` onto the calling thread's stack in `t` (slots {count, entries}) when its
 /// count is below `limit`; miss when full, slow when a drain has it closed.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_push(slot_table t, std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_array_push<kCurrentField<M>>(off, t, limit, value);
+    return arch::current_array_push<kCurrentField<M>, Shift>(off, t, limit, value);
   });
 }
 
 /// Pops the top entry of the calling thread's stack in `t` into `out`; miss when empty, slow
 /// when a drain has it closed.
-template <index_mode M>
+template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(slot_table t, std::intptr_t& out) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_array_pop<kCurrentField<M>>(off, t, out);
+    return arch::current_array_pop<kCurrentField<M>, Shift>(off, t, out);
   });
 }
 
 /// Copies `len` bytes from `src` into the record above the count of the calling thread's
 /// record stack in `t` (slots {count, records of RecordStride bytes}) when the count is below
 /// `limit`, committing the raised count; miss when full, slow when a drain has it closed.
-template <index_mode M, std::size_t RecordStride>
+template <index_mode M, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(slot_table t, std::uintptr_t limit,
                                                         const void* src, std::size_t len) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_memcpy_push<kCurrentField<M>, RecordStride>(off, t, limit, src, len);
+    return arch::current_memcpy_push<kCurrentField<M>, RecordStride, Shift>(off, t, limit, src,
+                                                                            len);
   });
 }
 
 /// Copies the top record's `len` bytes of the calling thread's record stack in `t` into `dst`
 /// and commits the lowered count; miss when empty, slow when a drain has it closed.
-template <index_mode M, std::size_t RecordStride>
+template <index_mode M, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(slot_table t, void* dst,
                                                        std::size_t len) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_memcpy_pop<kCurrentField<M>, RecordStride>(off, t, dst, len);
+    return arch::current_memcpy_pop<kCurrentField<M>, RecordStride, Shift>(off, t, dst, len);
   });
 }
 

@@ -124,8 +124,46 @@ struct alignas(64) hot_state {
   /// slow paths serve mm_cid mode through cpu_id there. Zeroed with the other section bounds.
   /// cpu_id mode's current-index sections use cpu_section_bound.
   std::uint32_t mm_cid_field_bound;
+  /// The getcpu cache's words: the low 32 bits hold an offset from the thread pointer (cpu_word:
+  /// the area's; mm_cid_word: mm_cid mode's precomputed field, see mm_cid_index_offset), the
+  /// high 32 bits the index space's size (cpu_id_bound, mm_cid_bound). One load gives both, so
+  /// the fast path needs no order between two loads, and it may be hoisted (load_invariant()).
+  /// 0 until initialize() stores them, last; they stay 0 if an offset does not fit in 32 bits
+  /// (no platform places TLS that far), and the getcpu cache then always takes its slow path.
+  std::uint64_t cpu_word;
+  std::uint64_t mm_cid_word;
 };
+static_assert(sizeof(hot_state) == 64, "the fast paths' state is one cache line");
 PERCPU_API extern hot_state g_hot;
+
+/// Loads an 8-byte word of g_hot that is written once, from 0 to its final value (rseq_offset,
+/// mm_cid_index_offset, cpu_word, mm_cid_word), as a value the compiler may treat as invariant:
+/// an asm statement without memory operands, which it may hoist out of the caller's loops and
+/// merge with other loads of the word, across calls and memory clobbers (so the fast paths
+/// inlined in a loop load the offset and the bound once, not once an iteration, even though
+/// their slow paths are calls). A load hoisted above initialize() reads 0, which every user
+/// treats as "not initialized" and sends to its slow path: correct, only slower, for the rest of
+/// that loop. The section bounds, which a switch to fallback mode changes, are never read this
+/// way.
+template <class Word>
+PERCPU_ALWAYS_INLINE Word load_invariant(const Word& word) noexcept {
+  static_assert(sizeof(Word) == 8, "load_invariant reads one 8-byte word");
+  Word v;
+#if defined(__x86_64__)
+  asm("movq (%1), %0" : "=r"(v) : "r"(&word));
+#elif defined(__aarch64__)
+  asm("ldr %0, [%1]" : "=r"(v) : "r"(&word));
+#else
+#error "percpu: x86-64 or aarch64"
+#endif
+  return v;
+}
+
+/// cpu_word or mm_cid_word for {offset, bound}.
+constexpr std::uint64_t getcpu_word(std::intptr_t offset, std::uint32_t bound) noexcept {
+  return static_cast<std::uint32_t>(static_cast<std::int32_t>(offset)) |
+         static_cast<std::uint64_t>(bound) << 32;
+}
 
 /// The section bound of the index field at `Field` (abi::kOffCpuId: cpu_id mode; 0: mm_cid
 /// mode's precomputed field), for the sections' bound compare.

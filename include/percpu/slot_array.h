@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "percpu/arch/current_result.h"
 #include "percpu/config.h"
@@ -125,6 +126,25 @@ class slot_array {
   /// Where the slots lie, for the structures' current-index sections (current_ops.h).
   arch::slot_table table() const noexcept {
     return {reinterpret_cast<std::uintptr_t>(base_), stride_};
+  }
+
+  /// log2 of kLineStride where it is a power of two (T up to 64 bytes: 6), else 0.
+  static constexpr unsigned kLineShift = (kLineStride & (kLineStride - 1)) == 0
+                                             ? static_cast<unsigned>(__builtin_ctzll(kLineStride))
+                                             : 0;
+
+  /// Returns section(table(), shift), shift a std::integral_constant<unsigned, S> for the
+  /// current-index sections' Shift (current_ops.h): kLineShift for slots kLineStride apart (an
+  /// array with its own mapping), so the section shifts the index by a constant; 0 (multiply by
+  /// the stride) for slots taken from a pool. One predictable branch on the stride picks the
+  /// section, so the common layout costs no multiply and no stride in a register.
+  template <class Section>
+  PERCPU_ALWAYS_INLINE auto with_table(Section&& section) const noexcept {
+    if constexpr (kLineShift != 0) {
+      if (PERCPU_LIKELY(stride_ == kLineStride))
+        return section(table(), std::integral_constant<unsigned, kLineShift>{});
+    }
+    return section(table(), std::integral_constant<unsigned, 0>{});
   }
 
  private:

@@ -61,7 +61,9 @@ class spinlock {
     std::intptr_t* word;
     int index;
     const detail::current_result r =
-        detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
+        locks_.with_table([&](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+          return detail::current_compare_store<M, decltype(shift)::value>(t, 0, 1, word, index);
+        });
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
       acquired(word);
       return index;
@@ -107,7 +109,7 @@ class spinlock {
   /// that another thread may hold by then).
   class guard {
    public:
-    explicit guard(spinlock& lock) noexcept : held_(lock.acquire()) {}
+    PERCPU_ALWAYS_INLINE explicit guard(spinlock& lock) noexcept : held_(lock.acquire()) {}
     ~guard() {
       detail::tsan_release(held_.word);
       __atomic_store_n(held_.word, 0, __ATOMIC_RELEASE);
@@ -130,7 +132,9 @@ class spinlock {
     std::intptr_t* word;
     int index;
     const detail::current_result r =
-        detail::current_compare_store<M>(locks_.table(), 0, 1, word, index);
+        locks_.with_table([&](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+          return detail::current_compare_store<M, decltype(shift)::value>(t, 0, 1, word, index);
+        });
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
       acquired(word);
       return {word, index};

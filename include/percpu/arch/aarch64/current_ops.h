@@ -38,18 +38,23 @@ namespace percpu::arch {
   "ldr w9, %[bound]\n\t"                     \
   "cmp w11, w9\n\t"                          \
   "b.hs %l[slow]\n\t" PERCPU_A64_INJECT(1) keep \
-  "madd %[slot], x11, %[stride], %[base]\n\t"
+  ".if %[shift]\n\t"                        \
+  "add %[slot], %[base], x11, lsl %[shift]\n\t" \
+  ".else\n\t"                               \
+  "madd %[slot], x11, %[stride], %[base]\n\t" \
+  ".endif\n\t"
 
 #define PERCPU_A64_CURRENT_OPERANDS(off, t)                                              \
   [off] "r"(off), [field] "i"(Field), [registered] "i"(Field == abi::kOffCpuId ? 0 : 1), \
-      [bound] "Q"(::percpu::detail::current_bound<Field>()), [stride] "r"((t).stride),   \
+      [bound] "Q"(::percpu::detail::current_bound<Field>()), [shift] "i"(Shift),         \
+      [stride] "rZ"(Shift != 0 ? std::uintptr_t{0} : (t).stride),                        \
       [base] "r"((t).base)PERCPU_A64_INJECT_OPERAND
 
 #define PERCPU_A64_CURRENT_CLOBBERS "x9", "x10", "x11", "x12", "x14", "memory", "cc"
 #define PERCPU_A64_MISS_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[miss]")
 
 /// add: *slot += count.
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
                                                 std::intptr_t count) noexcept {
   std::uintptr_t slot;
@@ -66,7 +71,7 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
 
 /// compare-and-store: if (*slot == expect) *slot = newv (store-release); on commit, `word` is
 /// the slot and `index` the index.
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slot_table t,
                                                           std::intptr_t expect, std::intptr_t newv,
                                                           std::intptr_t*& word,
@@ -88,7 +93,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slo
 }
 
 /// free-list pop, slot {head, gate}: slow when the gate is closed, miss when the list is empty.
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_table t,
                                                         std::ptrdiff_t offset,
                                                         std::intptr_t& item) noexcept {
@@ -111,7 +116,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_
 
 /// free-list push, slot {head, gate}: slow when the gate is closed; the store-release commit
 /// publishes the item's link.
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot_table t,
                                                          std::ptrdiff_t offset,
                                                          std::intptr_t item) noexcept {
@@ -132,7 +137,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
 /// array-stack push, slot {count, entries}: slow when closed (kCountClosedBit set), miss when
 /// full; the store-release commit publishes the entry. (The two tests branch straight to the
 /// C labels: a conditional branch reaches only 1 MiB, too little for the abort section.)
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_table t,
                                                        std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
@@ -156,7 +161,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
 
 /// array-stack pop, slot {count, entries}: miss when empty, slow when closed; the lowered count
 /// is committed with a store-release.
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_table t,
                                                       std::intptr_t& out) noexcept {
   std::uintptr_t slot;
@@ -179,7 +184,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
 
 /// record-stack push, slot {count, records of RecordStride bytes} (pseudocode in
 /// ../x86_64/current_ops.h): the store-release commit publishes the copy.
-template <std::uint32_t Field, std::size_t RecordStride>
+template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_table t,
                                                         std::uintptr_t limit, const void* src,
                                                         std::size_t len) noexcept {
@@ -205,7 +210,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
 /// record-stack pop, slot {count, records of RecordStride bytes} (pseudocode in
 /// ../x86_64/current_ops.h): the lowered count is committed with a store-release, so the copy's
 /// loads are ordered before a push that sees it can overwrite the record.
-template <std::uint32_t Field, std::size_t RecordStride>
+template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_table t, void* dst,
                                                        std::size_t len) noexcept {
   std::uintptr_t slot;

@@ -53,12 +53,17 @@ namespace percpu::arch {
   "movl %%fs:%c[field](%[off]), %k[slot]\n\t"         \
   "cmpl %[bound], %k[slot]\n\t"                       \
   "jae %l[slow]\n\t" PERCPU_X86_INJECT(1) keep        \
+  ".if %c[shift]\n\t"                                 \
+  "shlq %[shift], %[slot]\n\t"                       \
+  ".else\n\t"                                         \
   "imulq %[stride], %[slot]\n\t"                      \
+  ".endif\n\t"                                        \
   "addq %[base], %[slot]\n\t"
 
 #define PERCPU_X86_CURRENT_OPERANDS(off, t)                                              \
   [off] "r"(off), [field] "i"(Field), [registered] "i"(Field == abi::kOffCpuId ? 0 : 1), \
-      [bound] "m"(::percpu::detail::current_bound<Field>()), [stride] "rme"((t).stride), \
+      [bound] "m"(::percpu::detail::current_bound<Field>()), [shift] "i"(Shift),         \
+      [stride] "rme"(Shift != 0 ? std::uintptr_t{0} : (t).stride),                       \
       [base] "rme"((t).base)PERCPU_X86_INJECT_OPERAND
 
 #define PERCPU_X86_MISS_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[miss]")
@@ -71,7 +76,7 @@ inline constexpr std::int32_t kCurrentPopLimit = 0x7FFFFFFF;
 ///
 ///   head (above)
 ///   *slot += count                             // commit (one read-modify-write instruction)
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
                                                 std::intptr_t count) noexcept {
   std::uintptr_t slot;
@@ -90,7 +95,7 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
 ///   head (above)
 ///   if (*slot != expect) return miss           // e.g. the lock is held
 ///   *slot = newv                               // commit
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slot_table t,
                                                           std::intptr_t expect, std::intptr_t newv,
                                                           std::intptr_t*& word,
@@ -119,7 +124,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_store(std::intptr_t off, slo
 ///   if (item == 0) return miss                 // empty
 ///   next = *(intptr_t*)(item + link)
 ///   slot->head = next                          // commit
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_table t,
                                                         std::ptrdiff_t offset,
                                                         std::intptr_t& item) noexcept {
@@ -151,7 +156,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_pop(std::intptr_t off, slot_
 ///   if (slot->gate != 0) return slow           // closed by a drain
 ///   *(intptr_t*)(item + link) = slot->head     // try-store (the item is not yet published)
 ///   slot->head = item                          // commit
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot_table t,
                                                          std::ptrdiff_t offset,
                                                          std::intptr_t item) noexcept {
@@ -183,7 +188,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
 ///     return n & kCountClosed ? slow : miss    //   closed by a drain, or full
 ///   slot->entries[n] = value                   // try-store (not yet published)
 ///   slot->count = n + 1                        // commit
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_table t,
                                                        std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
@@ -219,7 +224,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
 ///     return n == -1 ? miss : slow             //   empty, or closed by a drain
 ///   top = slot->entries[n]
 ///   slot->count = n                            // commit
-template <std::uint32_t Field>
+template <std::uint32_t Field, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_table t,
                                                       std::intptr_t& out) noexcept {
   std::uintptr_t slot;
@@ -256,7 +261,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
 ///     return n & kCountClosed ? slow : miss    //   closed by a drain, or full
 ///   copy len bytes src -> slot->records + n * RecordStride   // not yet published
 ///   slot->count = n + 1                        // commit
-template <std::uint32_t Field, std::size_t RecordStride>
+template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_table t,
                                                         std::uintptr_t limit, const void* src,
                                                         std::size_t len) noexcept {
@@ -295,7 +300,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
 ///     return n == -1 ? miss : slow             //   empty, or closed by a drain
 ///   copy len bytes slot->records + n * RecordStride -> dst
 ///   slot->count = n                            // commit
-template <std::uint32_t Field, std::size_t RecordStride>
+template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_table t, void* dst,
                                                        std::size_t len) noexcept {
   std::uintptr_t slot;
