@@ -5,6 +5,7 @@
 #include <percpu/percpu.h>
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -15,6 +16,38 @@
 #include "pin.h"
 
 namespace {
+
+// The fast path's words (runtime.h): once initialized, each holds its offset and its index
+// space's bound, as the separate fields do; mm_cid's offset is the field mm_cid mode reads.
+TEST(GetcpuCache, ItsWordsHoldTheOffsetsAndBoundsInitializationSet) {
+  const percpu::registration_info reg = percpu::registration();
+  const auto& hot = percpu::detail::g_hot;
+  const percpu::topology& t = percpu::machine_topology();
+  ASSERT_NE(hot.cpu_word, 0u) << "an area offset that does not fit in 32 bits?";
+  EXPECT_EQ(static_cast<std::int32_t>(hot.cpu_word), reg.rseq_offset);
+  EXPECT_EQ(hot.cpu_word >> 32, static_cast<std::uint64_t>(t.cpu_id_bound));
+  EXPECT_EQ(
+      static_cast<std::int32_t>(hot.mm_cid_word),
+      reg.rseq_offset + (reg.fields.mm_cid ? percpu::abi::kOffMmCid : percpu::abi::kOffCpuId));
+  EXPECT_EQ(hot.mm_cid_word >> 32, static_cast<std::uint64_t>(t.mm_cid_bound));
+  EXPECT_EQ(percpu::detail::load_invariant(hot.cpu_word), hot.cpu_word);
+}
+
+// The inlined fast path loads its word once per loop (load_invariant()), but the index itself
+// on every call: a loop that moves the thread between reads sees every CPU it was moved to.
+TEST(GetcpuCache, ALoopThatMovesTheThreadReadsEachCpu) {
+  for (int round = 0; round < 3; ++round)
+    for (int cpu : percpu::machine_topology().allowed_cpus) {
+      percpu::test::pinned pin(cpu);
+      ASSERT_TRUE(pin.ok());
+      EXPECT_EQ(percpu::current_cpu(), cpu);
+      int index = -1;
+      ASSERT_TRUE(percpu::detail::try_current_cpu(index) || !percpu::rseq_active());
+      if (percpu::rseq_active()) {
+        EXPECT_EQ(index, cpu);
+      }
+    }
+}
 
 TEST(GetcpuCache, ReportsTheCpuTheThreadIsPinnedTo) {
   for (int cpu : percpu::machine_topology().allowed_cpus) {

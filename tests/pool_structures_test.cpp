@@ -61,6 +61,39 @@ TYPED_TEST(PoolStructures, EveryStructureWorksOnPoolSlots) {
   EXPECT_EQ(pool.stats().live_objects, 0u);  // every structure gave its slots back
 }
 
+// The fast paths' layout dispatch (slot_array::with_table): slots of their own mapping lie one
+// cache line apart and are reached with a constant shift; slots from a pool lie the pool's stride
+// apart and are reached with a multiply. Both tables address the same slots operator[] does.
+TYPED_TEST(PoolStructures, FastPathsAddressPoolSlotsAndOwnSlotsAlike) {
+  constexpr auto M = TypeParam::value;
+  percpu::pool<M> pool;
+  percpu::slot_array<std::intptr_t> own(percpu::index_space<M>());
+  percpu::slot_array<std::intptr_t> pooled(percpu::index_space<M>(), pool);
+  for (auto* a : {&own, &pooled}) {
+    const bool from_pool = a == &pooled;
+    a->with_table([&](percpu::arch::slot_table t, auto shift) {
+      if (from_pool) {
+        EXPECT_EQ(decltype(shift)::value, 0u);
+        EXPECT_EQ(t.stride, pool.stride());
+      } else {
+        EXPECT_EQ(std::uintptr_t{1} << decltype(shift)::value, std::uintptr_t{64});
+        EXPECT_EQ(t.stride, 64u);
+      }
+      for (int i = 0; i < a->size(); ++i) EXPECT_EQ(t.words(i), &(*a)[i]) << "index " << i;
+      return 0;
+    });
+  }
+  // And through a structure: counters of both layouts, interleaved in one loop.
+  percpu::counter<std::int64_t, M> mine;
+  percpu::counter<std::int64_t, M> shared(pool);
+  for (int k = 0; k < 10000; ++k) {
+    mine.add(1);
+    shared.add(2);
+  }
+  EXPECT_EQ(mine.load(), 10000);
+  EXPECT_EQ(shared.load(), 20000);
+}
+
 TYPED_TEST(PoolStructures, TooSmallAPoolIsRefused) {
   constexpr index_mode M = TypeParam::value;
   percpu::pool<M> pool(percpu::pool_options{.stride = 4096, .debug = false});

@@ -79,6 +79,7 @@ class slot_array {
   explicit slot_array(int count) : count_(checked(count)), stride_(kLineStride) {
     bytes_ = static_cast<std::size_t>(count) * stride_;
     base_ = static_cast<char*>(detail::map_zeroed(bytes_));
+    layout_ = reinterpret_cast<std::uintptr_t>(base_) | (kLineShift != 0 ? 0 : kStrided);
   }
 
   /// Takes the `count` slots from `from` (see detail::take_from_pool() for what it throws).
@@ -87,6 +88,7 @@ class slot_array {
     const detail::pool_object o = detail::take_from_pool(from, sizeof(T), count);
     base_ = o.base;
     stride_ = o.stride;
+    layout_ = reinterpret_cast<std::uintptr_t>(base_) | kStrided;
   }
 
   ~slot_array() {
@@ -133,18 +135,22 @@ class slot_array {
                                              ? static_cast<unsigned>(__builtin_ctzll(kLineStride))
                                              : 0;
 
-  /// Returns section(table(), shift), shift a std::integral_constant<unsigned, S> for the
+  /// Returns section(table, shift), shift a std::integral_constant<unsigned, S> for the
   /// current-index sections' Shift (current_ops.h): kLineShift for slots kLineStride apart (an
   /// array with its own mapping), so the section shifts the index by a constant; 0 (multiply by
-  /// the stride) for slots taken from a pool. One predictable branch on the stride picks the
-  /// section, so the common layout costs no multiply and no stride in a register.
+  /// the stride) for slots taken from a pool. The layout is bit 0 of the word that holds the
+  /// base (layout_), so the fast path loads one word and tests one bit, and the common layout
+  /// costs no multiply, no stride load and no stride in a register.
   template <class Section>
   PERCPU_ALWAYS_INLINE auto with_table(Section&& section) const noexcept {
+    const std::uintptr_t word = layout_;
     if constexpr (kLineShift != 0) {
-      if (PERCPU_LIKELY(stride_ == kLineStride))
-        return section(table(), std::integral_constant<unsigned, kLineShift>{});
+      if (PERCPU_LIKELY((word & kStrided) == 0))
+        return section(arch::slot_table{word, kLineStride},
+                       std::integral_constant<unsigned, kLineShift>{});
     }
-    return section(table(), std::integral_constant<unsigned, 0>{});
+    return section(arch::slot_table{word & ~kStrided, stride_},
+                   std::integral_constant<unsigned, 0>{});
   }
 
  private:
@@ -165,6 +171,11 @@ class slot_array {
                             std::to_string(count_) + ")");
   }
 
+  // Bit 0 of layout_: the slots are stride_ apart (taken from a pool), not kLineStride. Slot
+  // bases are at least 8-byte aligned, so the bit is free.
+  static constexpr std::uintptr_t kStrided = 1;
+
+  std::uintptr_t layout_ = 0;  // base_, with kStrided set where the fast path must multiply
   int count_;
   std::size_t stride_ = 0;
   std::size_t bytes_ = 0;  // of its own mapping
