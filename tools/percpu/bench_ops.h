@@ -97,6 +97,21 @@ void add_shapes(std::vector<op_contender>& out, op_primitive p, index_mode m, op
   out.push_back({p, m, w, Wrap<Op, op_shape::inlined>::loop, before_run, op_shape::inlined});
 }
 
+/// Adds the rows a contender with its own sequences has besides the index read (counter add,
+/// lock+unlock, list pop+push, buffer push+pop, memcpy buffer 16 B and 64 B), each in both
+/// shapes, on regions that `clear` empties and `refill` fills with list items before each run.
+template <template <auto, op_shape> class Wrap, auto Add, auto Lock, auto PopPush, auto Buffer,
+          auto Copy16, auto Copy64>
+void add_structure_rows(std::vector<op_contender>& out, index_mode m, op_who w,
+                        const std::function<void()>& clear, const std::function<void()>& refill) {
+  add_shapes<Add, Wrap>(out, op_primitive::counter_add, m, w, clear);
+  add_shapes<Lock, Wrap>(out, op_primitive::lock_unlock, m, w, clear);
+  add_shapes<PopPush, Wrap>(out, op_primitive::list_pop_push, m, w, refill);
+  add_shapes<Buffer, Wrap>(out, op_primitive::buffer_push_pop, m, w, clear);
+  add_shapes<Copy16, Wrap>(out, op_primitive::memcpy16, m, w, clear);
+  add_shapes<Copy64, Wrap>(out, op_primitive::memcpy64, m, w, clear);
+}
+
 /// The plain wrapper of add_shapes(): the shape's loop, nothing before it.
 template <auto Op, op_shape S>
 struct plain {

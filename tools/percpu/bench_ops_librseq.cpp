@@ -167,15 +167,9 @@ void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
   out.push_back({read, m, w, registered_loop<call_read, op_shape::call>::loop, {}});
   out.push_back(
       {read, m, w, registered_loop<inline_read, op_shape::inlined>::loop, {}, op_shape::inlined});
-  add_shapes<add_one<P>, registered_loop>(out, op_primitive::counter_add, m, w, clear_regions);
-  add_shapes<lock_unlock<P>, registered_loop>(out, op_primitive::lock_unlock, m, w, clear_regions);
-  add_shapes<pop_push<P>, registered_loop>(out, op_primitive::list_pop_push, m, w, refill_lists);
-  add_shapes<buffer_push_pop<P>, registered_loop>(out, op_primitive::buffer_push_pop, m, w,
-                                                  clear_regions);
-  add_shapes<memcpy_push_pop<P, 16>, registered_loop>(out, op_primitive::memcpy16, m, w,
-                                                      clear_regions);
-  add_shapes<memcpy_push_pop<P, 64>, registered_loop>(out, op_primitive::memcpy64, m, w,
-                                                      clear_regions);
+  add_structure_rows<registered_loop, add_one<P>, lock_unlock<P>, pop_push<P>, buffer_push_pop<P>,
+                     memcpy_push_pop<P, 16>, memcpy_push_pop<P, 64>>(out, m, w, clear_regions,
+                                                                     refill_lists);
   // The mempool has no per-CPU caches: the same pool serves both modes' rows.
   if (g_mempool != nullptr)
     add_shapes<mempool_alloc_free, registered_loop>(out, op_primitive::pool_alloc_free, m, w);

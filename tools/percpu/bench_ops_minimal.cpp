@@ -310,15 +310,9 @@ void add_mode_rows(std::vector<op_contender>& out, index_mode m) {
   out.push_back({read, m, w, registered_loop<call_read, op_shape::call>::loop, {}});
   out.push_back(
       {read, m, w, registered_loop<read_index<F>, op_shape::inlined>::loop, {}, op_shape::inlined});
-  add_shapes<add_one<F>, registered_loop>(out, op_primitive::counter_add, m, w, clear_regions);
-  add_shapes<lock_unlock<F>, registered_loop>(out, op_primitive::lock_unlock, m, w, clear_regions);
-  add_shapes<pop_push<F>, registered_loop>(out, op_primitive::list_pop_push, m, w, refill_lists);
-  add_shapes<buffer_push_pop<F>, registered_loop>(out, op_primitive::buffer_push_pop, m, w,
-                                                  clear_regions);
-  add_shapes<memcpy_push_pop<F, 16>, registered_loop>(out, op_primitive::memcpy16, m, w,
-                                                      clear_regions);
-  add_shapes<memcpy_push_pop<F, 64>, registered_loop>(out, op_primitive::memcpy64, m, w,
-                                                      clear_regions);
+  add_structure_rows<registered_loop, add_one<F>, lock_unlock<F>, pop_push<F>, buffer_push_pop<F>,
+                     memcpy_push_pop<F, 16>, memcpy_push_pop<F, 64>>(out, m, w, clear_regions,
+                                                                     refill_lists);
 }
 
 }  // namespace
