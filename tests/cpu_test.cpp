@@ -30,7 +30,7 @@ TEST(GetcpuCache, ItsWordsHoldTheOffsetsAndBoundsInitializationSet) {
       static_cast<std::int32_t>(hot.mm_cid_word),
       reg.rseq_offset + (reg.fields.mm_cid ? percpu::abi::kOffMmCid : percpu::abi::kOffCpuId));
   EXPECT_EQ(hot.mm_cid_word >> 32, static_cast<std::uint64_t>(t.mm_cid_bound));
-  EXPECT_EQ(percpu::detail::load_invariant(hot.cpu_word), hot.cpu_word);
+  EXPECT_EQ(percpu::detail::load_invariant<&percpu::detail::hot_state::cpu_word>(), hot.cpu_word);
 }
 
 // The inlined fast path loads its word once per loop (load_invariant()), but the index itself

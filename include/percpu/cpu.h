@@ -49,7 +49,7 @@ PERCPU_ALWAYS_INLINE bool in_bound(std::int32_t id, std::uint32_t bound) noexcep
 /// bound of 0). In fallback mode from the start the offset is percpu's own area, never
 /// registered: cpu_id -1.
 PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
-  const std::uint64_t word = load_invariant(g_hot.cpu_word);
+  const std::uint64_t word = load_invariant<&hot_state::cpu_word>();
   cpu = arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(word));
   return in_bound(cpu, static_cast<std::uint32_t>(word >> 32));
 }
@@ -58,8 +58,8 @@ PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
 /// or cpu_id where the kernel lacks mm_cid), after checking cpu_id: an unregistered area (a
 /// thread whose registration failed) can hold a valid-looking mm_cid, 0 or a stale one.
 PERCPU_ALWAYS_INLINE bool try_current_mm_cid(int& cid) noexcept {
-  const std::uint64_t word = load_invariant(g_hot.mm_cid_word);
-  const std::uint64_t cpu_word = load_invariant(g_hot.cpu_word);
+  const std::uint64_t word = load_invariant<&hot_state::mm_cid_word>();
+  const std::uint64_t cpu_word = load_invariant<&hot_state::cpu_word>();
   if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(cpu_word)) < 0))
     return false;
   cid = arch::load_area_i32<0>(static_cast<std::int32_t>(word));

@@ -38,7 +38,7 @@ inline constexpr std::uint32_t kCurrentField =
 /// is loaded so the compiler may hoist it out of the caller's loop (load_invariant()).
 template <class Section>
 PERCPU_ALWAYS_INLINE current_result with_area(Section&& section) noexcept {
-  const std::intptr_t off = load_invariant(g_hot.rseq_offset);
+  const std::intptr_t off = load_invariant<&hot_state::rseq_offset>();
   if (PERCPU_UNLIKELY(off == 0)) return current_result::slow;
   return section(off);
 }

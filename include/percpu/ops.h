@@ -88,10 +88,10 @@ PERCPU_ALWAYS_INLINE status dispatch(RseqOp&& rseq_op, FallbackOp&& fallback_op)
   static_assert(std::is_same_v<Policy, with_fallback> || std::is_same_v<Policy, rseq_only>,
                 "percpu: the policy of an operation is detail::with_fallback or rseq_only");
   // Both written once (load_invariant()): hoisted out of the caller's loop where it inlines this.
-  const std::intptr_t off = load_invariant(g_hot.rseq_offset);
+  const std::intptr_t off = load_invariant<&hot_state::rseq_offset>();
   // cpu_id: the area's field; mm_cid: the precomputed one (field 0 from its offset).
   const std::intptr_t idx =
-      M == index_mode::mm_cid ? load_invariant(g_hot.mm_cid_index_offset) : off;
+      M == index_mode::mm_cid ? load_invariant<&hot_state::mm_cid_index_offset>() : off;
   using field = std::integral_constant<std::uint32_t, M == index_mode::mm_cid ? 0 : abi::kOffCpuId>;
   if constexpr (std::is_same_v<Policy, rseq_only>) {
     return rseq_op(off, idx, field{});

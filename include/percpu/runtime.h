@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "percpu/abi.h"
@@ -136,23 +137,30 @@ struct alignas(64) hot_state {
 static_assert(sizeof(hot_state) == 64, "the fast paths' state is one cache line");
 PERCPU_API extern hot_state g_hot;
 
-/// Loads an 8-byte word of g_hot that is written once, from 0 to its final value (rseq_offset,
-/// mm_cid_index_offset, cpu_word, mm_cid_word), as a value the compiler may treat as invariant:
-/// an asm statement without memory operands, which it may hoist out of the caller's loops and
-/// merge with other loads of the word, across calls and memory clobbers (so the fast paths
-/// inlined in a loop load the offset and the bound once, not once an iteration, even though
-/// their slow paths are calls). A load hoisted above initialize() reads 0, which every user
-/// treats as "not initialized" and sends to its slow path: correct, only slower, for the rest of
-/// that loop. The section bounds, which a switch to fallback mode changes, are never read this
-/// way.
-template <class Word>
-PERCPU_ALWAYS_INLINE Word load_invariant(const Word& word) noexcept {
-  static_assert(sizeof(Word) == 8, "load_invariant reads one 8-byte word");
-  Word v;
-#if defined(__x86_64__)
-  asm("movq (%1), %0" : "=r"(v) : "r"(&word));
+/// Loads the 8-byte word of g_hot at `Field` (a pointer to member), a word written once, from
+/// 0 to its final value (rseq_offset, mm_cid_index_offset, cpu_word, mm_cid_word), as a value
+/// the compiler may treat as invariant: an asm statement without memory operands, which it may
+/// hoist out of the caller's loops and merge with other loads of the word, across calls and
+/// memory clobbers (so the fast paths inlined in a loop load the offset and the bound once, not
+/// once an iteration, even though their slow paths are calls). A load hoisted above
+/// initialize() reads 0, which every user treats as "not initialized" and sends to its slow
+/// path: correct, only slower, for the rest of that loop. The section bounds, which a switch to
+/// fallback mode changes, are never read this way.
+template <auto Field>
+PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
+  using word = std::remove_cv_t<std::remove_reference_t<decltype(g_hot.*Field)>>;
+  static_assert(sizeof(word) == 8, "load_invariant reads one 8-byte word");
+  word v;
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  // An executable: g_hot's address is a link-time constant (a copy relocation in a position-
+  // independent one), so the load is RIP-relative, as a plain load of it would be.
+  asm("movq %c1(%%rip), %0" : "=r"(v) : "i"(&(g_hot.*Field)));
+#elif defined(__x86_64__)
+  // A shared object: g_hot may lie in another one, so its address comes from the GOT (a load
+  // the compiler hoists too).
+  asm("movq (%1), %0" : "=r"(v) : "r"(&(g_hot.*Field)));
 #elif defined(__aarch64__)
-  asm("ldr %0, [%1]" : "=r"(v) : "r"(&word));
+  asm("ldr %0, [%1]" : "=r"(v) : "r"(&(g_hot.*Field)));
 #else
 #error "percpu: x86-64 or aarch64"
 #endif
