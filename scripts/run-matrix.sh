@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel and glibc matrix: every Debian kernel and glibc percpu is tested on, one after the
 # other, each run's output in build/matrix/NAME.log, then a results table in Markdown (the
-# README's "Supported" table is written from such tables):
+# docs/testing.md's "Supported" table is written from such tables):
 #   x86-64 VMs (scripts/run-vm.sh): bookworm's 6.1, trixie's 6.12 and sid's newest kernel with
 #     8 CPUs in 2 NUMA nodes, and 6.1 with 6 of 16 possible CPUs and a hot-added CPU;
 #   glibc 2.41 (trixie) and the newest (sid) on this machine's kernel (scripts/run-glibc.sh);

@@ -233,7 +233,7 @@ namespace percpu::cli {
 
 std::vector<op_contender> librseq_contenders(int, std::string& why_not) {
   why_not =
-      "librseq not found when percpu was built (pkg-config librseq; the README says how to "
+      "librseq not found when percpu was built (pkg-config librseq; docs/benchmarks.md says how to "
       "build it from its source)";
   return {};
 }
