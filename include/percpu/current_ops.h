@@ -49,11 +49,11 @@ inline status fast_status(current_result r) noexcept {
   return r == current_result::aborted ? status::aborted : status::compare_failed;
 }
 
-/// Shift: 0 when slot i lies at t.base + i * t.stride; otherwise t.stride is 1 << Shift, known
-/// at compile time, and the section shifts the index instead of multiplying it (slot_array's
-/// with_table() picks it).
-
 /// *slot += count on the calling thread's slot of `t`.
+///
+/// Shift (here and in the compare-store and list sections): 0 when slot i lies at
+/// t.base + i * t.stride; otherwise t.stride is 1 << Shift, known at compile time, and the
+/// section shifts the index instead of multiplying it (slot_array::with_table() picks it).
 template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_add(slot_table t, std::intptr_t count) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
@@ -95,42 +95,41 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrd
 
 /// Pushes `value` onto the calling thread's stack in `t` (slots {count, entries}) when its
 /// count is below `limit`; miss when full, slow when a drain has it closed.
-template <index_mode M, unsigned Shift = 0>
+template <index_mode M>
 PERCPU_ALWAYS_INLINE current_result current_array_push(slot_table t, std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_array_push<kCurrentField<M>, Shift>(off, t, limit, value);
+    return arch::current_array_push<kCurrentField<M>>(off, t, limit, value);
   });
 }
 
 /// Pops the top entry of the calling thread's stack in `t` into `out`; miss when empty, slow
 /// when a drain has it closed.
-template <index_mode M, unsigned Shift = 0>
+template <index_mode M>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(slot_table t, std::intptr_t& out) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_array_pop<kCurrentField<M>, Shift>(off, t, out);
+    return arch::current_array_pop<kCurrentField<M>>(off, t, out);
   });
 }
 
 /// Copies `len` bytes from `src` into the record above the count of the calling thread's
 /// record stack in `t` (slots {count, records of RecordStride bytes}) when the count is below
 /// `limit`, committing the raised count; miss when full, slow when a drain has it closed.
-template <index_mode M, std::size_t RecordStride, unsigned Shift = 0>
+template <index_mode M, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(slot_table t, std::uintptr_t limit,
                                                         const void* src, std::size_t len) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_memcpy_push<kCurrentField<M>, RecordStride, Shift>(off, t, limit, src,
-                                                                            len);
+    return arch::current_memcpy_push<kCurrentField<M>, RecordStride>(off, t, limit, src, len);
   });
 }
 
 /// Copies the top record's `len` bytes of the calling thread's record stack in `t` into `dst`
 /// and commits the lowered count; miss when empty, slow when a drain has it closed.
-template <index_mode M, std::size_t RecordStride, unsigned Shift = 0>
+template <index_mode M, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(slot_table t, void* dst,
                                                        std::size_t len) noexcept {
   return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_memcpy_pop<kCurrentField<M>, RecordStride, Shift>(off, t, dst, len);
+    return arch::current_memcpy_pop<kCurrentField<M>, RecordStride>(off, t, dst, len);
   });
 }
 

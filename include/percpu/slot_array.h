@@ -78,24 +78,23 @@ class slot_array {
   /// Reserves `count` slots in a mapping of its own.
   explicit slot_array(int count) : count_(checked(count)), stride_(kLineStride) {
     bytes_ = static_cast<std::size_t>(count) * stride_;
-    base_ = static_cast<char*>(detail::map_zeroed(bytes_));
-    layout_ = reinterpret_cast<std::uintptr_t>(base_) | (kLineShift != 0 ? 0 : kStrided);
+    layout_ = reinterpret_cast<std::uintptr_t>(detail::map_zeroed(bytes_)) |
+              (kLineShift != 0 ? 0 : kStrided);
   }
 
   /// Takes the `count` slots from `from` (see detail::take_from_pool() for what it throws).
   slot_array(int count, pool_base& from) : count_(checked(count)), pool_(&from) {
     static_assert(alignof(T) <= 8, "pool objects are 8-byte aligned");
     const detail::pool_object o = detail::take_from_pool(from, sizeof(T), count);
-    base_ = o.base;
     stride_ = o.stride;
-    layout_ = reinterpret_cast<std::uintptr_t>(base_) | kStrided;
+    layout_ = reinterpret_cast<std::uintptr_t>(o.base) | kStrided;
   }
 
   ~slot_array() {
     if (pool_ != nullptr) {
-      detail::give_back_to_pool(*pool_, base_, sizeof(T));
+      detail::give_back_to_pool(*pool_, base(), sizeof(T));
     } else {
-      munmap(base_, bytes_);
+      munmap(base(), bytes_);
     }
   }
   slot_array(const slot_array&) = delete;
@@ -126,9 +125,7 @@ class slot_array {
   /// Bytes between consecutive slots.
   std::size_t stride() const noexcept { return stride_; }
   /// Where the slots lie, for the structures' current-index sections (current_ops.h).
-  arch::slot_table table() const noexcept {
-    return {reinterpret_cast<std::uintptr_t>(base_), stride_};
-  }
+  arch::slot_table table() const noexcept { return {layout_ & ~kStrided, stride_}; }
 
   /// log2 of kLineStride where it is a power of two (T up to 64 bytes: 6), else 0.
   static constexpr unsigned kLineShift = (kLineStride & (kLineStride - 1)) == 0
@@ -155,7 +152,7 @@ class slot_array {
 
  private:
   std::uintptr_t address(int index) const noexcept {
-    return reinterpret_cast<std::uintptr_t>(base_) + static_cast<std::uintptr_t>(index) * stride_;
+    return (layout_ & ~kStrided) + static_cast<std::uintptr_t>(index) * stride_;
   }
   static int checked(int count) {
     if (count <= 0) throw std::invalid_argument("percpu::slot_array: count must be positive");
@@ -171,15 +168,17 @@ class slot_array {
                             std::to_string(count_) + ")");
   }
 
-  // Bit 0 of layout_: the slots are stride_ apart (taken from a pool), not kLineStride. Slot
-  // bases are at least 8-byte aligned, so the bit is free.
+  char* base() const noexcept { return reinterpret_cast<char*>(layout_ & ~kStrided); }
+
+  // Bit 0 of layout_: the slots are stride_ apart (taken from a pool, or lines that are not a
+  // power of two), not 1 << kLineShift. Slot bases are at least 8-byte aligned, so the bit is
+  // free.
   static constexpr std::uintptr_t kStrided = 1;
 
-  std::uintptr_t layout_ = 0;  // base_, with kStrided set where the fast path must multiply
+  std::uintptr_t layout_ = 0;  // the slots' base, with kStrided set where the fast path multiplies
   int count_;
   std::size_t stride_ = 0;
   std::size_t bytes_ = 0;  // of its own mapping
-  char* base_ = nullptr;
   pool_base* pool_ = nullptr;
 };
 

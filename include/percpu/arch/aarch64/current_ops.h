@@ -137,10 +137,11 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
 /// array-stack push, slot {count, entries}: slow when closed (kCountClosedBit set), miss when
 /// full; the store-release commit publishes the entry. (The two tests branch straight to the
 /// C labels: a conditional branch reaches only 1 MiB, too little for the abort section.)
-template <std::uint32_t Field, unsigned Shift = 0>
+template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_table t,
                                                        std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x12, [%[slot]]\n\t"
@@ -161,9 +162,10 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
 
 /// array-stack pop, slot {count, entries}: miss when empty, slow when closed; the lowered count
 /// is committed with a store-release.
-template <std::uint32_t Field, unsigned Shift = 0>
+template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_table t,
                                                       std::intptr_t& out) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   std::intptr_t top;
   asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
@@ -184,10 +186,11 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
 
 /// record-stack push, slot {count, records of RecordStride bytes} (pseudocode in
 /// ../x86_64/current_ops.h): the store-release commit publishes the copy.
-template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
+template <std::uint32_t Field, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_table t,
                                                         std::uintptr_t limit, const void* src,
                                                         std::size_t len) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x15, [%[slot]]\n\t"
@@ -210,9 +213,10 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
 /// record-stack pop, slot {count, records of RecordStride bytes} (pseudocode in
 /// ../x86_64/current_ops.h): the lowered count is committed with a store-release, so the copy's
 /// loads are ordered before a push that sees it can overwrite the record.
-template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
+template <std::uint32_t Field, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_table t, void* dst,
                                                        std::size_t len) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
                     "ldr x15, [%[slot]]\n\t"

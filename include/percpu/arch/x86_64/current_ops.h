@@ -188,10 +188,11 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(std::intptr_t off, slot
 ///     return n & kCountClosed ? slow : miss    //   closed by a drain, or full
 ///   slot->entries[n] = value                   // try-store (not yet published)
 ///   slot->count = n + 1                        // commit
-template <std::uint32_t Field, unsigned Shift = 0>
+template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_table t,
                                                        std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   std::intptr_t n;
   asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "5f"), "")
@@ -224,9 +225,10 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(std::intptr_t off, slot_t
 ///     return n == -1 ? miss : slow             //   empty, or closed by a drain
 ///   top = slot->entries[n]
 ///   slot->count = n                            // commit
-template <std::uint32_t Field, unsigned Shift = 0>
+template <std::uint32_t Field>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_table t,
                                                       std::intptr_t& out) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   std::intptr_t n, top;
   asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "5f"), "")
@@ -261,10 +263,11 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(std::intptr_t off, slot_ta
 ///     return n & kCountClosed ? slow : miss    //   closed by a drain, or full
 ///   copy len bytes src -> slot->records + n * RecordStride   // not yet published
 ///   slot->count = n + 1                        // commit
-template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
+template <std::uint32_t Field, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_table t,
                                                         std::uintptr_t limit, const void* src,
                                                         std::size_t len) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "10f"), "")
                     "movq (%[slot]), %%rdx\n\t"
@@ -300,9 +303,10 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(std::intptr_t off, slot_
 ///     return n == -1 ? miss : slow             //   empty, or closed by a drain
 ///   copy len bytes slot->records + n * RecordStride -> dst
 ///   slot->count = n                            // commit
-template <std::uint32_t Field, std::size_t RecordStride, unsigned Shift = 0>
+template <std::uint32_t Field, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(std::intptr_t off, slot_table t, void* dst,
                                                        std::size_t len) noexcept {
+  constexpr unsigned Shift = 0;  // stacks live in region tables: the stride is multiplied
   std::uintptr_t slot;
   asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_RSEQ_EXIT_POINT("1", "10f"), "")
                     "movq (%[slot]), %%rdx\n\t"
