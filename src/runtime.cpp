@@ -45,7 +45,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 namespace percpu {
 namespace detail {
-hot_state g_hot = {0, 0, kUninitialized, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+hot_state g_hot = {0, 0, 0, kUninitialized, 0, 0, 0, 0, 0, 0, 0};
 }  // namespace detail
 
 namespace {
@@ -55,7 +55,8 @@ using detail::signals_blocked;
 
 // percpu's own area, used only when glibc did not register one. 64-byte aligned and 64 bytes
 // long: room for the feature sizes and alignments kernels report today. cpu_id starts at -1
-// (kCpuIdUninitialized) so the fast path sends an unregistered thread to the slow path.
+// (kCpuIdUninitialized) and mm_cid at kMmCidUnregistered (stored again after each
+// unregistration), so the fast paths of both modes send an unregistered thread to the slow path.
 struct alignas(64) own_area {
   abi::rseq_area area;
   std::uint8_t extension[32];
@@ -63,7 +64,7 @@ struct alignas(64) own_area {
 static_assert(sizeof(own_area) == 64);
 
 __attribute__((tls_model("initial-exec"))) thread_local own_area t_area = {
-    {0, abi::kCpuIdUninitialized, 0, 0, 0, 0, {}}, {}};
+    {0, abi::kCpuIdUninitialized, 0, 0, 0, abi::kMmCidUnregistered, {}}, {}};
 __attribute__((tls_model("initial-exec"))) thread_local bool t_registered = false;
 __attribute__((tls_model("initial-exec"))) thread_local int t_dense_id = -1;
 // Set when this thread's own registration failed: do not try (and fail) again on every call.
@@ -249,22 +250,26 @@ void do_initialize() {
   }
   g_hot.mm_cid_index_offset =
       info.rseq_offset + (info.fields.mm_cid ? abi::kOffMmCid : abi::kOffCpuId);
+  // glibc's area: its cpu_id, negative for good in a thread whose registration failed; percpu's
+  // own area: its cpu_id_start, never negative (its mm_cid marks it unregistered instead).
+  g_hot.registration_offset =
+      info.rseq_offset + (info.owner == area_owner::glibc ? abi::kOffCpuId : 0);
   __atomic_store_n(&g_hot.rseq_offset, info.rseq_offset, __ATOMIC_RELEASE);
   __atomic_store_n(&g_hot.fallback, mode, __ATOMIC_RELEASE);
-  // Last, with release order: a fast path that sees a bound sees everything above.
-  __atomic_store_n(&g_hot.cpu_id_bound, static_cast<std::uint32_t>(machine_topology().cpu_id_bound),
-                   __ATOMIC_RELEASE);
-  __atomic_store_n(&g_hot.mm_cid_bound, static_cast<std::uint32_t>(machine_topology().mm_cid_bound),
-                   __ATOMIC_RELEASE);
-  // The getcpu cache's words, where the offsets fit in their 32 bits (else they stay 0, and the
-  // getcpu cache takes its slow path, which reads the full offsets).
+  // Last, with release order: a fast path that sees a bound in these words sees everything
+  // above. Stored where the offsets fit in their 32 bits (else they stay 0, and the getcpu cache
+  // takes its slow path, which reads the full offsets).
   auto fits = [](std::intptr_t v) { return v == static_cast<std::int32_t>(v); };
   if (fits(g_hot.rseq_offset) && fits(g_hot.mm_cid_index_offset)) {
-    __atomic_store_n(&g_hot.cpu_word, detail::getcpu_word(g_hot.rseq_offset, g_hot.cpu_id_bound),
+    __atomic_store_n(&g_hot.cpu_word,
+                     detail::getcpu_word(g_hot.rseq_offset, static_cast<std::uint32_t>(
+                                                                machine_topology().cpu_id_bound)),
                      __ATOMIC_RELEASE);
-    __atomic_store_n(&g_hot.mm_cid_word,
-                     detail::getcpu_word(g_hot.mm_cid_index_offset, g_hot.mm_cid_bound),
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(
+        &g_hot.mm_cid_word,
+        detail::getcpu_word(g_hot.mm_cid_index_offset,
+                            static_cast<std::uint32_t>(machine_topology().mm_cid_bound)),
+        __ATOMIC_RELEASE);
   }
 }
 
@@ -545,6 +550,9 @@ int unregister_this_thread() noexcept {
   if (!t_registered) return EINVAL;
   // Same length as registered; afterwards the kernel writes nothing more into this TLS block.
   if (sys_rseq(&t_area.area, g_own_length, abi::kFlagUnregister) != 0) return errno;
+  // The kernel has reset mm_cid to 0, a valid-looking id it no longer guards: mm_cid mode's
+  // sections must leave at their bound compare (hot_state::registration_offset).
+  __atomic_store_n(&t_area.area.mm_cid, abi::kMmCidUnregistered, __ATOMIC_RELAXED);
   t_registered = false;
   return 0;
 }

@@ -6,6 +6,8 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -136,6 +138,58 @@ struct item {
 // A thread of the process keeps running on the drained CPU, which the drainer cannot reach:
 // the drain is refused with remote_errc::no_fence and the list keeps every item. Once that
 // thread is gone, the same drain succeeds.
+// Unregisters glibc's area of the calling thread (the kernel resets its cpu_id to -1 and its
+// mm_cid to 0); false when no length the area may be registered with is accepted.
+bool unregister_glibc_area(std::intptr_t off) {
+  void* area = percpu::arch::thread_pointer() + off;
+  const percpu::registration_info reg = percpu::registration();
+  for (unsigned len : {32u, unsigned{reg.area_extent}, static_cast<unsigned>(reg.feature_size)})
+    if (len != 0 &&
+        syscall(SYS_rseq, area, len, percpu::abi::kFlagUnregister, percpu::abi::kSignature) == 0)
+      return true;
+  return false;
+}
+
+// A thread whose glibc area is not registered holds cpu_id -1 and mm_cid 0: a valid-looking id
+// the kernel does not guard. (glibc 2.35+ ends a process whose new thread fails to register,
+// so the test unregisters the area; a thread made by raw clone() is in this state too.) mm_cid
+// mode must not use it: the thread's first operation, whichever it is, moves the process to
+// fallback mode, and the count stays exact.
+TEST(Registration, AThreadWhoseGlibcAreaIsUnregisteredNeverUsesItsMmCid) {
+  if (percpu::registration().owner != percpu::area_owner::glibc || !percpu::rseq_active())
+    GTEST_SKIP() << "needs glibc's registration in rseq mode";
+  const std::intptr_t off = percpu::registration().rseq_offset;
+  for (int first = 0; first < 2; ++first) {
+    const int status = percpu::test::in_child([first, off] {
+      percpu::counter<std::int64_t, percpu::index_mode::mm_cid> c;
+      for (int i = 0; i < 100; ++i) c.add(1);  // a registered thread's adds, in rseq mode
+      int result = 0;
+      std::thread unregistered([&] {
+        if (!unregister_glibc_area(off)) {
+          result = 77;
+          return;
+        }
+        if (first == 0) {
+          for (int i = 0; i < 1000; ++i) c.add(1);  // the structures' sections
+        } else {
+          const int cid = percpu::current_mm_cid();  // the getcpu cache
+          if (cid < 0 || cid >= percpu::machine_topology().mm_cid_bound) result = 10;
+          for (int i = 0; i < 1000; ++i) c.add(1);
+        }
+      });
+      unregistered.join();
+      if (result != 0) return result;
+      if (percpu::rseq_active()) return 11;  // the thread's operations ran on mm_cid 0
+      if (c.load() != 1100) return 12;
+      if (percpu::registration().fallback_reason.find("registration failed") == std::string::npos)
+        return 13;
+      return 0;
+    });
+    if (status == 77) GTEST_SKIP() << "the kernel refused to unregister glibc's area";
+    EXPECT_EQ(status, 0) << (first == 0 ? "counter add first" : "current_mm_cid() first");
+  }
+}
+
 TEST(RemoteDrain, NoFenceIsAnErrorValueAndNothingMoves) {
   const int cpu = second_cpu();
   if (cpu < 1) GTEST_SKIP() << "needs a second CPU";

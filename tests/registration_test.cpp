@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <percpu/percpu.h>
+#include <cstdint>
 #include <functional>
 #include <thread>
 
@@ -66,6 +67,34 @@ TEST(Registration, OwnAreaIsUnregisteredWithItsLengthAndRegisteredAgain) {
     EXPECT_GE(percpu::current_cpu(), 0);                          // registers again
     EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
     EXPECT_GE(percpu::current_cpu(), 0);
+  });
+  t.join();
+  EXPECT_TRUE(percpu::rseq_active());
+}
+
+// percpu's own area holds an mm_cid beyond every index space whenever it is not registered
+// (before the thread's first use and after each unregistration, when the kernel has reset it to
+// 0), so mm_cid mode's sections, which no longer check cpu_id, leave at their bound compare.
+TEST(Registration, OwnAreaKeepsMmCidOutOfTheIndexSpaceWhileUnregistered) {
+  const auto reg = percpu::registration();
+  if (reg.owner != percpu::area_owner::percpu) GTEST_SKIP() << "percpu does not own the area";
+  const auto unregistered = static_cast<std::int32_t>(percpu::abi::kMmCidUnregistered);
+  auto mm_cid_field = [&] {
+    return percpu::arch::load_area_i32<percpu::abi::kOffMmCid>(reg.rseq_offset);
+  };
+  std::thread t([&] {
+    EXPECT_EQ(mm_cid_field(), unregistered);  // the TLS image's value, before any use
+    percpu::counter<std::int64_t, percpu::index_mode::mm_cid> c;
+    for (int i = 0; i < 1000; ++i) c.add(1);  // the first add registers the area
+    if (reg.fields.mm_cid) {
+      EXPECT_GE(mm_cid_field(), 0);
+      EXPECT_LT(mm_cid_field(), percpu::machine_topology().mm_cid_bound);
+    }
+    EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
+    EXPECT_EQ(mm_cid_field(), unregistered);
+    for (int i = 0; i < 1000; ++i) c.add(1);  // registers again
+    EXPECT_EQ(c.load(), 2000);
+    EXPECT_EQ(percpu::detail::unregister_this_thread(), 0);
   });
   t.join();
   EXPECT_TRUE(percpu::rseq_active());

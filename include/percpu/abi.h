@@ -45,6 +45,9 @@ inline constexpr std::uint32_t kOriginalFeatureSize = 20;
 /// Values of `cpu_id` that are not CPUs.
 inline constexpr std::int32_t kCpuIdUninitialized = -1;
 inline constexpr std::int32_t kCpuIdRegistrationFailed = -2;
+/// The mm_cid percpu's own area holds while it is not registered (not a kernel value): beyond
+/// every index space, so a section reading it leaves at its bound compare.
+inline constexpr std::uint32_t kMmCidUnregistered = 0xFFFFFFFF;
 
 /// struct rseq: the per-thread area. The kernel writes cpu_id_start, cpu_id, node_id and mm_cid;
 /// user space writes only rseq_cs and slice_ctrl.request (and never the others: newer kernels

@@ -54,17 +54,17 @@ PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
   return in_bound(cpu, static_cast<std::uint32_t>(word >> 32));
 }
 
-/// The fast path of current_mm_cid(), likewise. Reads the field of g_hot.mm_cid_word (mm_cid,
-/// or cpu_id where the kernel lacks mm_cid), after checking cpu_id: an unregistered area (a
-/// thread whose registration failed) can hold a valid-looking mm_cid, 0 or a stale one.
+/// The fast path of current_mm_cid(), likewise: reads the field of g_hot.mm_cid_word (mm_cid,
+/// or cpu_id where the kernel lacks mm_cid). The word is 0, so the bound is too, where the area
+/// may not serve mm_cid mode (if_area_registered(): glibc's area of a thread glibc did not
+/// register holds mm_cid 0, a valid-looking id); inlined in a loop, that check is hoisted with
+/// the word, and the fast path is again one load and one compare.
 PERCPU_ALWAYS_INLINE bool try_current_mm_cid(int& cid) noexcept {
-  const std::uint64_t word = load_invariant<&hot_state::mm_cid_word>();
-  const std::uint64_t cpu_word = load_invariant<&hot_state::cpu_word>();
-  if (PERCPU_UNLIKELY(arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(cpu_word)) < 0))
-    return false;
+  const std::uint64_t word = if_area_registered(load_invariant<&hot_state::mm_cid_word>());
   cid = arch::load_area_i32<0>(static_cast<std::int32_t>(word));
   return in_bound(cid, static_cast<std::uint32_t>(word >> 32));
 }
+
 }  // namespace detail
 
 /// The CPU the calling thread runs on, in [0, machine_topology().cpu_id_bound).
@@ -143,8 +143,9 @@ inline cpu_node current_cpu_node() noexcept {
   const std::intptr_t off = detail::g_hot.rseq_offset;
   if (PERCPU_LIKELY(off != 0 && detail::g_hot.node_usable)) {
     std::int32_t cpu, node;
-    if (PERCPU_LIKELY(arch::read_cpu_node_pair(off, cpu, node) &&
-                      detail::in_bound(cpu, detail::g_hot.cpu_id_bound)))
+    if (PERCPU_LIKELY(
+            arch::read_cpu_node_pair(off, cpu, node) &&
+            detail::in_bound(cpu, static_cast<std::uint32_t>(detail::g_hot.cpu_word >> 32))))
       return {cpu, node};
   }
   cpu_node pair;

@@ -33,12 +33,19 @@ inline constexpr std::uint32_t kCurrentField =
     M == index_mode::cpu_id ? abi::kOffCpuId : abi::kOffMmCid;
 
 /// Runs `section(off)` with the area's offset, or reports slow before initialization (no offset
-/// yet: an arming store through offset 0 would hit the thread control block). The offset is
+/// yet: an arming store through offset 0 would hit the thread control block) and, in mm_cid
+/// mode, for an area mm_cid mode must not use (if_area_registered(): glibc's area of a thread
+/// glibc did not register holds mm_cid 0, which the kernel does not guard). The offset is
 /// written once, from 0 to its final value, so a load that reads it nonzero reads it final; it
-/// is loaded so the compiler may hoist it out of the caller's loop (load_invariant()).
-template <class Section>
+/// and the registration check are computed so the compiler may hoist them out of the caller's
+/// loop, as one register (load_invariant(), if_area_registered()). cpu_id mode needs no check
+/// here: an unregistered area's cpu_id is negative, which the section's unsigned bound compare
+/// rejects.
+template <index_mode M, class Section>
 PERCPU_ALWAYS_INLINE current_result with_area(Section&& section) noexcept {
-  const std::intptr_t off = load_invariant<&hot_state::rseq_offset>();
+  std::intptr_t off = load_invariant<&hot_state::rseq_offset>();
+  if constexpr (M == index_mode::mm_cid)
+    off = static_cast<std::intptr_t>(if_area_registered(static_cast<std::uint64_t>(off)));
   if (PERCPU_UNLIKELY(off == 0)) return current_result::slow;
   return section(off);
 }
@@ -56,7 +63,7 @@ inline status fast_status(current_result r) noexcept {
 /// section shifts the index instead of multiplying it (slot_array::with_table() picks it).
 template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_add(slot_table t, std::intptr_t count) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_add<kCurrentField<M>, Shift>(off, t, count);
   });
 }
@@ -67,7 +74,7 @@ template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_store(slot_table t, std::intptr_t expect,
                                                           std::intptr_t newv, std::intptr_t*& word,
                                                           int& index) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_compare_store<kCurrentField<M>, Shift>(off, t, expect, newv, word, index);
   });
 }
@@ -78,7 +85,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_store(slot_table t, std::int
 template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_pop(slot_table t, std::ptrdiff_t link,
                                                         std::intptr_t& item) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_compare_pop<kCurrentField<M>, Shift>(off, t, link, item);
   });
 }
@@ -88,7 +95,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_pop(slot_table t, std::ptrdi
 template <index_mode M, unsigned Shift = 0>
 PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrdiff_t link,
                                                          std::intptr_t item) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_compare_push<kCurrentField<M>, Shift>(off, t, link, item);
   });
 }
@@ -98,7 +105,7 @@ PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrd
 template <index_mode M>
 PERCPU_ALWAYS_INLINE current_result current_array_push(slot_table t, std::uintptr_t limit,
                                                        std::intptr_t value) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_array_push<kCurrentField<M>>(off, t, limit, value);
   });
 }
@@ -107,7 +114,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_push(slot_table t, std::uintpt
 /// when a drain has it closed.
 template <index_mode M>
 PERCPU_ALWAYS_INLINE current_result current_array_pop(slot_table t, std::intptr_t& out) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_array_pop<kCurrentField<M>>(off, t, out);
   });
 }
@@ -118,7 +125,7 @@ PERCPU_ALWAYS_INLINE current_result current_array_pop(slot_table t, std::intptr_
 template <index_mode M, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_push(slot_table t, std::uintptr_t limit,
                                                         const void* src, std::size_t len) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_memcpy_push<kCurrentField<M>, RecordStride>(off, t, limit, src, len);
   });
 }
@@ -128,7 +135,7 @@ PERCPU_ALWAYS_INLINE current_result current_memcpy_push(slot_table t, std::uintp
 template <index_mode M, std::size_t RecordStride>
 PERCPU_ALWAYS_INLINE current_result current_memcpy_pop(slot_table t, void* dst,
                                                        std::size_t len) noexcept {
-  return with_area([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
     return arch::current_memcpy_pop<kCurrentField<M>, RecordStride>(off, t, dst, len);
   });
 }

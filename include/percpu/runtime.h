@@ -93,6 +93,19 @@ struct alignas(64) hot_state {
   /// mm_cid mode's fast paths and sections address the field without a branch. Written once,
   /// like rseq_offset.
   std::intptr_t mm_cid_index_offset;
+  /// Offset from the thread pointer of the 32-bit field that is negative exactly while the
+  /// calling thread's area is unregistered in a way mm_cid mode must check (see
+  /// if_area_registered()); 0 until percpu is initialized. Written once, like rseq_offset.
+  ///  - glibc's area: its cpu_id. glibc registers each thread before the thread runs any code
+  ///    (2.35+ ends the process when a new thread cannot register) and never unregisters it
+  ///    while it runs; an area it did not register (a thread made by raw clone(), one whose
+  ///    registration failed) stays unregistered. So its sign is constant for the thread's life.
+  ///  - percpu's own area: its cpu_id_start, never negative. The area keeps mm_cid at
+  ///    kMmCidUnregistered while it is not registered (its initial value, and stored again after
+  ///    each unregistration, signals blocked), outside every index space, so the sections' bound
+  ///    compare rejects an unregistered own area instead; its registration state may change under
+  ///    a caller's loop (the first use registers it), which a hoisted check could not follow.
+  std::intptr_t registration_offset;
   /// kRseqMode, kSwitching (leaving rseq mode, fence in progress), kFallbackMode or
   /// kUninitialized. Read by the operations after an attempt that did not complete, to pick the
   /// fallback; the sections themselves read the section bounds below.
@@ -101,22 +114,13 @@ struct alignas(64) hot_state {
   std::uint32_t node_usable;
   /// Nonzero when mm_cid is usable; otherwise mm_cid mode is served by cpu_id.
   std::uint32_t mm_cid_usable;
-  /// Sizes of the cpu_id and mm_cid index spaces (machine_topology()); 0 until initialized. The
-  /// getcpu cache returns an id from the area only when it is below these, so no structure
-  /// sized by the index space is ever indexed outside its memory, whatever sysfs said.
-  /// initialize() stores them last, with release order, and the getcpu cache (and retry(),
-  /// through it) loads them first, with acquire order: a nonzero bound guarantees the offsets
-  /// above are set, so it needs no separate test of the offset. (The structures' fast paths
-  /// test the offsets instead, and rely on the section bounds below.)
-  std::uint32_t cpu_id_bound;
-  std::uint32_t mm_cid_bound;
   /// The bounds every critical section compares its index with, in place of a mode check:
-  /// cpu_id_bound and mm_cid_bound while the process is in rseq mode, 0 before initialization,
-  /// in fallback mode, and from the start of a switch to it (which zeroes them before its
-  /// fence). A section whose index is at or beyond its bound leaves before any access, so the
-  /// one compare both keeps slots inside the index space and stops sections once a switch has
-  /// begun; structures' fast paths, whose current-index sections read the index themselves
-  /// (current_ops.h), therefore need no bound check of their own.
+  /// the index spaces' sizes (machine_topology().cpu_id_bound, mm_cid_bound) while the process
+  /// is in rseq mode, 0 before initialization, in fallback mode, and from the start of a switch
+  /// to it (which zeroes them before its fence). A section whose index is at or beyond its bound
+  /// leaves before any access, so the one compare both keeps slots inside the index space and stops
+  /// sections once a switch has begun; structures' fast paths, whose current-index sections read
+  /// the index themselves (current_ops.h), therefore need no bound check of their own.
   std::uint32_t cpu_section_bound;
   std::uint32_t mm_section_bound;
   /// The bound of mm_cid mode's current-index sections (arch/current_ops.h), which read the
@@ -138,7 +142,7 @@ static_assert(sizeof(hot_state) == 64, "the fast paths' state is one cache line"
 PERCPU_API extern hot_state g_hot;
 
 /// Loads the 8-byte word of g_hot at `Field` (a pointer to member), a word written once, from
-/// 0 to its final value (rseq_offset, mm_cid_index_offset, cpu_word, mm_cid_word), as a value
+/// 0 to its final value (the offsets, cpu_word, mm_cid_word), as a value
 /// the compiler may treat as invariant: an asm statement without memory operands, which it may
 /// hoist out of the caller's loops and merge with other loads of the word, across calls and
 /// memory clobbers (so the fast paths inlined in a loop load the offset and the bound once, not
@@ -165,6 +169,41 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
 #error "percpu: x86-64 or aarch64"
 #endif
   return v;
+}
+
+/// `value` if the calling thread's area may serve mm_cid mode, else 0. It may not when it is
+/// glibc's area and glibc did not register it for this thread (its cpu_id is negative, its
+/// mm_cid 0: a valid-looking id the kernel does not guard). `value` is a word the caller treats
+/// as "not initialized" when 0 (rseq_offset, mm_cid_word), so one test serves both.
+///
+/// An asm statement without memory operands, like load_invariant(): the answer is constant for
+/// the life of the thread (see hot_state::registration_offset), so the compiler may hoist it,
+/// with `value`, out of the caller's loop, which then keeps one register and pays no load for
+/// the check. (GCC already assumes that a function runs on one thread throughout: it keeps
+/// thread-local addresses across calls.) Before initialization the offset it reads is 0, a
+/// field of the thread control block, and the result is meaningless but so is `value`: 0.
+PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexcept {
+  const std::intptr_t at = load_invariant<&hot_state::registration_offset>();
+#if defined(__x86_64__)
+  asm("cmpl $0, %%fs:(%[at])\n\t"
+      "cmovl %[zero], %[v]"
+      : [v] "+r"(value)
+      : [at] "r"(at), [zero] "r"(std::uint64_t{0})
+      : "cc");
+#elif defined(__aarch64__)
+  std::uintptr_t tp;
+  std::uint32_t field;
+  asm("mrs %[tp], tpidr_el0\n\t"
+      "ldr %w[field], [%[tp], %[at]]\n\t"
+      "cmp %w[field], #0\n\t"
+      "csel %[v], xzr, %[v], lt"
+      : [v] "+r"(value), [tp] "=&r"(tp), [field] "=&r"(field)
+      : [at] "r"(at)
+      : "cc");
+#else
+#error "percpu: x86-64 or aarch64"
+#endif
+  return value;
 }
 
 /// cpu_word or mm_cid_word for {offset, bound}.

@@ -7,14 +7,17 @@
 //
 // Head of every section, as pseudocode (Field: the area's cpu_id, offset 4, or mm_cid, 24):
 //
-//   if (Field == mm_cid && area->cpu_id < 0)    // area not registered: mm_cid may hold a stale
-//     return slow                                // id the kernel does not guard (only the thread
-//                                                // itself registers, so it is checked before)
 //   area->rseq_cs = &descriptor
 //   index = area->Field                          // inside the section from here
 //   if ((uint32_t)index >= bound) return slow   // beyond the index space, an unregistered area
-//                                                // (cpu_id -1), or not in rseq mode (bound 0)
+//                                                // (cpu_id -1; percpu's own area keeps mm_cid
+//                                                // at kMmCidUnregistered while unregistered), or
+//                                                // not in rseq mode (bound 0)
 //   slot = base + index * stride
+//
+// In mm_cid mode the caller has checked before (current_ops.h, with_area) that the area is not
+// glibc's area of a thread glibc did not register, whose mm_cid stays 0 unguarded: a check
+// whose answer is constant for the thread, so it is hoisted out of the caller's loop.
 //
 // The bound is detail::current_bound<Field>(): the index space's size in rseq mode, 0 before
 // initialization, in fallback mode and from the start of a switch to it (which zeroes it before
@@ -44,10 +47,6 @@ namespace percpu::arch {
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
   exits                                               \
-  ".if %c[registered]\n\t"                            \
-  "cmpl $0, %%fs:4(%[off])\n\t"                       \
-  "jl %l[slow]\n\t"                                   \
-  ".endif\n\t"                                        \
   PERCPU_X86_ARM_SECTION("3", "%[off]")               \
   "1:\n\t"                                            \
   "movl %%fs:%c[field](%[off]), %k[slot]\n\t"         \
@@ -60,10 +59,9 @@ namespace percpu::arch {
   ".endif\n\t"                                        \
   "addq %[base], %[slot]\n\t"
 
-#define PERCPU_X86_CURRENT_OPERANDS(off, t)                                              \
-  [off] "r"(off), [field] "i"(Field), [registered] "i"(Field == abi::kOffCpuId ? 0 : 1), \
-      [bound] "m"(::percpu::detail::current_bound<Field>()), [shift] "i"(Shift),         \
-      [stride] "rme"(Shift != 0 ? std::uintptr_t{0} : (t).stride),                       \
+#define PERCPU_X86_CURRENT_OPERANDS(off, t)                                                  \
+  [off] "r"(off), [field] "i"(Field), [bound] "m"(::percpu::detail::current_bound<Field>()), \
+      [shift] "i"(Shift), [stride] "rme"(Shift != 0 ? std::uintptr_t{0} : (t).stride),       \
       [base] "rme"((t).base)PERCPU_X86_INJECT_OPERAND
 
 #define PERCPU_X86_MISS_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[miss]")
