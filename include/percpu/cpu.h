@@ -42,27 +42,27 @@ PERCPU_ALWAYS_INLINE bool in_bound(std::int32_t id, std::uint32_t bound) noexcep
 /// area holds a cpu_id inside the index space; false otherwise (not initialized, thread not
 /// registered, fallback mode from the start, an id beyond the index space).
 ///
-/// One word gives the area's offset and the index space's bound (g_hot.cpu_word), loaded so the
-/// compiler may hoist it out of the caller's loop (load_invariant()): inlined in a loop, the
-/// fast path is the load of cpu_id and one compare. Before initialization the word is 0: the
-/// load reads the thread's control block (always mapped; the value is discarded against a
+/// One word gives the area's offset and the index space's bound (g_hot.cpu_word), loaded and
+/// split so the compiler may hoist both out of the caller's loop (load_getcpu_word()): inlined
+/// in a loop, the fast path is the load of cpu_id and one compare. Before initialization the word
+/// is 0: the load reads the thread's control block (always mapped; the value is discarded against a
 /// bound of 0). In fallback mode from the start the offset is percpu's own area, never
 /// registered: cpu_id -1.
 PERCPU_ALWAYS_INLINE bool try_current_cpu(int& cpu) noexcept {
-  const std::uint64_t word = load_invariant<&hot_state::cpu_word>();
-  cpu = arch::load_area_i32<abi::kOffCpuId>(static_cast<std::int32_t>(word));
-  return in_bound(cpu, static_cast<std::uint32_t>(word >> 32));
+  const getcpu_parts w = load_getcpu_word<&hot_state::cpu_word>();
+  cpu = arch::load_area_i32<abi::kOffCpuId>(w.offset);
+  return in_bound(cpu, w.bound);
 }
 
 /// The fast path of current_mm_cid(), likewise: reads the field of g_hot.mm_cid_word (mm_cid,
-/// or cpu_id where the kernel lacks mm_cid). The word is 0, so the bound is too, where the area
-/// may not serve mm_cid mode (if_area_registered(): glibc's area of a thread glibc did not
+/// or cpu_id where the kernel lacks mm_cid). The bound is taken as 0 where the area may not
+/// serve mm_cid mode (if_area_registered(): glibc's area of a thread glibc did not
 /// register holds mm_cid 0, a valid-looking id); inlined in a loop, that check is hoisted with
 /// the word, and the fast path is again one load and one compare.
 PERCPU_ALWAYS_INLINE bool try_current_mm_cid(int& cid) noexcept {
-  const std::uint64_t word = if_area_registered(load_invariant<&hot_state::mm_cid_word>());
-  cid = arch::load_area_i32<0>(static_cast<std::int32_t>(word));
-  return in_bound(cid, static_cast<std::uint32_t>(word >> 32));
+  const getcpu_parts w = load_getcpu_word<&hot_state::mm_cid_word>();
+  cid = arch::load_area_i32<0>(w.offset);
+  return in_bound(cid, static_cast<std::uint32_t>(if_area_registered(w.bound)));
 }
 
 }  // namespace detail

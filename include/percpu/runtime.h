@@ -206,6 +206,42 @@ PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexc
   return value;
 }
 
+/// A getcpu word's two halves: the offset of the field to read, the index space's size.
+struct getcpu_parts {
+  std::intptr_t offset;
+  std::uint32_t bound;
+};
+
+/// Loads the halves of the getcpu word at `Field` (cpu_word or mm_cid_word), so that the
+/// compiler may hoist both out of the caller's loop as they are, with no sign extension or shift
+/// left in the loop: the loop's fast path is the field's load and one compare. On x86-64, two
+/// asm statements of one output each and without memory operands (as load_invariant(); GCC
+/// hoists no asm of two outputs, and left the split of one load in the loop): the bound first,
+/// then the offset, whose statement takes the bound as an input so it comes second. The word is
+/// written by one 8-byte store and x86-64 keeps loads in order, so a load of the offset after a
+/// nonzero bound sees the offset stored with it. On aarch64, one load, split in C++.
+template <auto Field>
+PERCPU_ALWAYS_INLINE getcpu_parts load_getcpu_word() noexcept {
+  static_assert(sizeof(g_hot.*Field) == 8, "a getcpu word is 8 bytes");
+  std::uint32_t bound;
+  std::intptr_t offset;
+#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+  asm("movl %c1+4(%%rip), %0" : "=r"(bound) : "i"(&(g_hot.*Field)));
+  asm("movslq %c1(%%rip), %0" : "=r"(offset) : "i"(&(g_hot.*Field)), "r"(bound));
+#elif defined(__x86_64__)
+  asm("movl 4(%1), %0" : "=r"(bound) : "r"(&(g_hot.*Field)));
+  asm("movslq (%1), %0" : "=r"(offset) : "r"(&(g_hot.*Field)), "r"(bound));
+#elif defined(__aarch64__)
+  // One load, split in C++: GCC hoists the split as well here.
+  const std::uint64_t word = load_invariant<Field>();
+  offset = static_cast<std::int32_t>(word);
+  bound = static_cast<std::uint32_t>(word >> 32);
+#else
+#error "percpu: x86-64 or aarch64"
+#endif
+  return {offset, bound};
+}
+
 /// cpu_word or mm_cid_word for {offset, bound}.
 constexpr std::uint64_t getcpu_word(std::intptr_t offset, std::uint32_t bound) noexcept {
   return static_cast<std::uint32_t>(static_cast<std::int32_t>(offset)) |
