@@ -38,13 +38,14 @@ inline constexpr std::uint32_t kCurrentField =
 /// glibc did not register holds mm_cid 0, which the kernel does not guard). The offset is
 /// written once, from 0 to its final value, so a load that reads it nonzero reads it final; it
 /// and the registration check are computed so the compiler may hoist them out of the caller's
-/// loop, as one register (load_invariant(), if_area_registered()). cpu_id mode needs no check
+/// loop, as one register (load_invariant(), if_area_registered(); on aarch64 the sections
+/// check, arch::kSectionsCheckRegistration). cpu_id mode needs no check
 /// here: an unregistered area's cpu_id is negative, which the section's unsigned bound compare
 /// rejects.
 template <index_mode M, class Section>
 PERCPU_ALWAYS_INLINE current_result with_area(Section&& section) noexcept {
   std::intptr_t off = load_invariant<&hot_state::rseq_offset>();
-  if constexpr (M == index_mode::mm_cid)
+  if constexpr (M == index_mode::mm_cid && !arch::kSectionsCheckRegistration)
     off = static_cast<std::intptr_t>(if_area_registered(static_cast<std::uint64_t>(off)));
   if (PERCPU_UNLIKELY(off == 0)) return current_result::slow;
   return section(off);

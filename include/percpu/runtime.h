@@ -185,21 +185,25 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
 PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexcept {
   const std::intptr_t at = load_invariant<&hot_state::registration_offset>();
 #if defined(__x86_64__)
+  // One output, and no input but `value` and the offset: GCC hoists such a statement (given a
+  // zero as an input, it picked a register that held 0 only inside the loop).
+  std::uint64_t out;
   asm("cmpl $0, %%fs:(%[at])\n\t"
-      "cmovl %[zero], %[v]"
-      : [v] "+r"(value)
-      : [at] "r"(at), [zero] "r"(std::uint64_t{0})
+      "movl $0, %k[out]\n\t"
+      "cmovgeq %[v], %[out]"
+      : [out] "=&r"(out)
+      : [v] "r"(value), [at] "r"(at)
       : "cc");
+  value = out;
 #elif defined(__aarch64__)
-  std::uintptr_t tp;
-  std::uint32_t field;
-  asm("mrs %[tp], tpidr_el0\n\t"
-      "ldr %w[field], [%[tp], %[at]]\n\t"
-      "cmp %w[field], #0\n\t"
-      "csel %[v], xzr, %[v], lt"
-      : [v] "+r"(value), [tp] "=&r"(tp), [field] "=&r"(field)
-      : [at] "r"(at)
+  std::uint64_t out;  // the field, then the result
+  asm("ldr %w[out], [%[tp], %[at]]\n\t"
+      "cmp %w[out], #0\n\t"
+      "csel %[out], %[v], xzr, ge"
+      : [out] "=&r"(out)
+      : [v] "r"(value), [at] "r"(at), [tp] "r"(__builtin_thread_pointer())
       : "cc");
+  value = out;
 #else
 #error "percpu: x86-64 or aarch64"
 #endif

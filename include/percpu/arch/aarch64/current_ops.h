@@ -23,12 +23,22 @@
 
 namespace percpu::arch {
 
+/// mm_cid mode's sections check here that the area is registered (cpu_id >= 0, after the
+/// offset, inside the head: two instructions). The x86-64 ones leave the check to their caller,
+/// which hoists it out of its loop (if_area_registered()); GCC for aarch64 hoisted it for one
+/// slot layout only and recomputed it, five instructions, for the other.
+inline constexpr bool kSectionsCheckRegistration = true;
+
 // The head (pseudocode in ../x86_64/current_ops.h); `exits` lists further early exits, `keep`
 // runs after the checks with the index in x11.
 #define PERCPU_A64_CURRENT_HEAD(exits, keep) \
   PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
   PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
-  exits PERCPU_A64_AREA PERCPU_A64_ARM_SECTION("3") \
+  exits PERCPU_A64_AREA                      \
+  ".if %[registered]\n\t"                    \
+  "ldr w9, [x10, 4]\n\t"                     \
+  "tbnz w9, 31, %l[slow]\n\t"                \
+  ".endif\n\t" PERCPU_A64_ARM_SECTION("3")   \
   "1:\n\t"                                   \
   "ldr w11, [x10, %[field]]\n\t"             \
   "ldr w9, %[bound]\n\t"                     \
@@ -40,9 +50,10 @@ namespace percpu::arch {
   "madd %[slot], x11, %[stride], %[base]\n\t" \
   ".endif\n\t"
 
-#define PERCPU_A64_CURRENT_OPERANDS(off, t)                                                  \
-  [off] "r"(off), [field] "i"(Field), [bound] "Q"(::percpu::detail::current_bound<Field>()), \
-      [shift] "i"(Shift), [stride] "rZ"(Shift != 0 ? std::uintptr_t{0} : (t).stride),        \
+#define PERCPU_A64_CURRENT_OPERANDS(off, t)                                              \
+  [off] "r"(off), [field] "i"(Field), [registered] "i"(Field == abi::kOffCpuId ? 0 : 1), \
+      [bound] "Q"(::percpu::detail::current_bound<Field>()), [shift] "i"(Shift),         \
+      [stride] "rZ"(Shift != 0 ? std::uintptr_t{0} : (t).stride),                        \
       [base] "r"((t).base)PERCPU_A64_INJECT_OPERAND
 
 #define PERCPU_A64_CURRENT_CLOBBERS "x9", "x10", "x11", "x12", "x14", "memory", "cc"

@@ -41,6 +41,10 @@
 
 namespace percpu::arch {
 
+/// mm_cid mode's sections do not check that the area is registered: their caller does, hoisted
+/// out of its loop (current_ops.h, with_area; aarch64/current_ops.h says why it differs there).
+inline constexpr bool kSectionsCheckRegistration = false;
+
 // The head above; `exits` lists further early exits, `keep` runs after the checks with the
 // index still in %[slot] (the lock keeps a copy in %[at]).
 #define PERCPU_X86_CURRENT_HEAD(exits, keep) \
