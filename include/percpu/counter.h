@@ -37,10 +37,7 @@ class counter {
   /// Adds `n` to the calling thread's slot.
   PERCPU_ALWAYS_INLINE void add(T n) noexcept {
     const auto delta = static_cast<std::intptr_t>(n);
-    const detail::current_result r =
-        slots_.with_table([delta](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
-          return detail::current_add<M, decltype(shift)::value>(t, delta);
-        });
+    const detail::current_result r = detail::current_add<M>(slots_, delta);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return;
     add_cold(delta, detail::fast_status(r));
   }

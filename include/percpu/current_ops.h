@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "percpu/abi.h"
 #include "percpu/arch/current_ops.h"
@@ -57,47 +59,71 @@ inline status fast_status(current_result r) noexcept {
   return r == current_result::aborted ? status::aborted : status::compare_failed;
 }
 
-/// *slot += count on the calling thread's slot of `t`.
-///
-/// Shift (here and in the compare-store and list sections): 0 when slot i lies at
-/// t.base + i * t.stride; otherwise t.stride is 1 << Shift, known at compile time, and the
-/// section shifts the index instead of multiplying it (slot_array::with_table() picks it).
-template <index_mode M, unsigned Shift = 0>
-PERCPU_ALWAYS_INLINE current_result current_add(slot_table t, std::intptr_t count) noexcept {
+/// Calls f(t, shift) with the slot table of `slots` and its shift: slot_array::with_table() for
+/// a slot array (a constant shift for its own mapping, 0 and a stride for pool slots), or a
+/// slot_table as given, with shift 0 (slot i at t.base + i * t.stride).
+template <class Slots, class F>
+PERCPU_ALWAYS_INLINE current_result with_layout(const Slots& slots, F&& f) noexcept {
+  if constexpr (std::is_same_v<Slots, slot_table>) {
+    return f(slots, std::integral_constant<unsigned, 0>{});
+  } else {
+    return slots.with_table(std::forward<F>(f));
+  }
+}
+
+// The sections below take the slots (a slot_array, or a slot_table) rather than a table, so
+// that the area's offset and, in mm_cid mode, its check are computed once, before the layout's
+// branch (with_area, then with_layout): GCC hoisted one copy per layout out of a caller's loop
+// only for one of them, and computed the other in every iteration.
+
+/// *slot += count on the calling thread's slot of `slots`.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_add(const Slots& slots, std::intptr_t count) noexcept {
   return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_add<kCurrentField<M>, Shift>(off, t, count);
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_add<kCurrentField<M>, decltype(shift)::value>(off, t, count);
+    });
   });
 }
 
-/// if (*slot == expect) *slot = newv on the calling thread's slot of `t`; miss when it differs.
-/// On commit, `word` is the slot and `index` its index.
-template <index_mode M, unsigned Shift = 0>
-PERCPU_ALWAYS_INLINE current_result current_compare_store(slot_table t, std::intptr_t expect,
+/// if (*slot == expect) *slot = newv on the calling thread's slot of `slots`; miss when it
+/// differs. On commit, `word` is the slot and `index` its index.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_compare_store(const Slots& slots, std::intptr_t expect,
                                                           std::intptr_t newv, std::intptr_t*& word,
                                                           int& index) noexcept {
   return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_store<kCurrentField<M>, Shift>(off, t, expect, newv, word, index);
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_compare_store<kCurrentField<M>, decltype(shift)::value>(
+          off, t, expect, newv, word, index);
+    });
   });
 }
 
-/// Pops the first item of the calling thread's list in `t` (slots {head, gate}; items linked
-/// through the word `link` bytes into each) into `item`; miss when the list is empty and open,
-/// slow when a drain has it closed.
-template <index_mode M, unsigned Shift = 0>
-PERCPU_ALWAYS_INLINE current_result current_compare_pop(slot_table t, std::ptrdiff_t link,
+/// Pops the first item of the calling thread's list in `slots` (slots {head, gate}; items
+/// linked through the word `link` bytes into each) into `item`; miss when the list is empty and
+/// open, slow when a drain has it closed.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_compare_pop(const Slots& slots, std::ptrdiff_t link,
                                                         std::intptr_t& item) noexcept {
   return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_pop<kCurrentField<M>, Shift>(off, t, link, item);
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_compare_pop<kCurrentField<M>, decltype(shift)::value>(off, t, link,
+                                                                                 item);
+    });
   });
 }
 
-/// Pushes `item` onto the calling thread's list in `t` (as current_compare_pop); slow when a
-/// drain has it closed.
-template <index_mode M, unsigned Shift = 0>
-PERCPU_ALWAYS_INLINE current_result current_compare_push(slot_table t, std::ptrdiff_t link,
+/// Pushes `item` onto the calling thread's list in `slots` (as current_compare_pop); slow when
+/// a drain has it closed.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_compare_push(const Slots& slots, std::ptrdiff_t link,
                                                          std::intptr_t item) noexcept {
   return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
-    return arch::current_compare_push<kCurrentField<M>, Shift>(off, t, link, item);
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_compare_push<kCurrentField<M>, decltype(shift)::value>(off, t, link,
+                                                                                  item);
+    });
   });
 }
 

@@ -63,11 +63,8 @@ class freelist {
       if (!detail::checked_insert(item)) throw_double_push();
     }
     detail::tsan_release(item);  // TSan: the item's writes so far happen before its pop
-    const detail::current_result r =
-        slots_.with_table([item](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
-          return detail::current_compare_push<M, decltype(shift)::value>(
-              t, link_offset(), reinterpret_cast<std::intptr_t>(item));
-        });
+    const detail::current_result r = detail::current_compare_push<M>(
+        slots_, link_offset(), reinterpret_cast<std::intptr_t>(item));
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return;
     push_cold(item, detail::fast_status(r));
   }
@@ -75,10 +72,7 @@ class freelist {
   /// Pops the most recently pushed item of the calling thread's list; nullptr when it is empty.
   PERCPU_ALWAYS_INLINE T* pop() noexcept {
     std::intptr_t item;
-    const detail::current_result r =
-        slots_.with_table([&item](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
-          return detail::current_compare_pop<M, decltype(shift)::value>(t, link_offset(), item);
-        });
+    const detail::current_result r = detail::current_compare_pop<M>(slots_, link_offset(), item);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return popped(item);
     // An open, empty list is the common miss: the section answers it, as cheaply as a pop
     // that finds an item. A closed list goes to the slow path, which waits for the drain.

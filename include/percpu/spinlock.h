@@ -60,10 +60,7 @@ class spinlock {
   PERCPU_ALWAYS_INLINE int try_lock() noexcept {
     std::intptr_t* word;
     int index;
-    const detail::current_result r =
-        locks_.with_table([&](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
-          return detail::current_compare_store<M, decltype(shift)::value>(t, 0, 1, word, index);
-        });
+    const detail::current_result r = detail::current_compare_store<M>(locks_, 0, 1, word, index);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
       acquired(word);
       return index;
@@ -131,10 +128,7 @@ class spinlock {
   PERCPU_ALWAYS_INLINE held_lock acquire() noexcept {
     std::intptr_t* word;
     int index;
-    const detail::current_result r =
-        locks_.with_table([&](arch::slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
-          return detail::current_compare_store<M, decltype(shift)::value>(t, 0, 1, word, index);
-        });
+    const detail::current_result r = detail::current_compare_store<M>(locks_, 0, 1, word, index);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) {
       acquired(word);
       return {word, index};
