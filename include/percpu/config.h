@@ -22,6 +22,13 @@
 
 #define PERCPU_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PERCPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/// After a label: the path from it is cold, so GCC places it after the hot path (GCC's label
+/// attribute; clang has none, and gets nothing).
+#if defined(__clang__)
+#define PERCPU_COLD_LABEL
+#else
+#define PERCPU_COLD_LABEL __attribute__((cold));
+#endif
 
 /// The spin-wait hint inside a busy loop (x86-64 `pause`, aarch64 `yield`): lets a sibling
 /// hardware thread run and saves power while a lock holder finishes.

@@ -155,13 +155,14 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
   using word = std::remove_cv_t<std::remove_reference_t<decltype(g_hot.*Field)>>;
   static_assert(sizeof(word) == 8, "load_invariant reads one 8-byte word");
   word v;
-#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
   // An executable: g_hot's address is a link-time constant (a copy relocation in a position-
-  // independent one), so the load is RIP-relative, as a plain load of it would be.
+  // independent one), so the load is RIP-relative, as a plain load of it would be. (GCC only:
+  // clang takes no such address as an "i" operand, and gets the register form below.)
   asm("movq %c1(%%rip), %0" : "=r"(v) : "i"(&(g_hot.*Field)));
 #elif defined(__x86_64__)
-  // A shared object: g_hot may lie in another one, so its address comes from the GOT (a load
-  // the compiler hoists too).
+  // A shared object (or clang): g_hot may lie in another one, so its address comes from the
+  // GOT (a load the compiler hoists too).
   asm("movq (%1), %0" : "=r"(v) : "r"(&(g_hot.*Field)));
 #elif defined(__aarch64__)
   asm("ldr %0, [%1]" : "=r"(v) : "r"(&(g_hot.*Field)));
@@ -229,7 +230,7 @@ PERCPU_ALWAYS_INLINE getcpu_parts load_getcpu_word() noexcept {
   static_assert(sizeof(g_hot.*Field) == 8, "a getcpu word is 8 bytes");
   std::uint32_t bound;
   std::intptr_t offset;
-#if defined(__x86_64__) && (!defined(__PIC__) || defined(__PIE__))
+#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
   asm("movl %c1+4(%%rip), %0" : "=r"(bound) : "i"(&(g_hot.*Field)));
   asm("movslq %c1(%%rip), %0" : "=r"(offset) : "i"(&(g_hot.*Field)), "r"(bound));
 #elif defined(__x86_64__)

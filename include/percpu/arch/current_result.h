@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "percpu/config.h"
+
 namespace percpu::arch {
 
 /// Where each index's slot lies: index i's at base + i * stride bytes. A current-index section
@@ -45,13 +47,17 @@ enum class current_result {
 }  // namespace percpu::arch
 
 /// What every current-index section returns after its asm goto: committed when control falls
-/// through, aborted from the abort handler, slow from the exits to the slow path. Sections that
+/// through, aborted from the abort handler, slow from the exits to the slow path. The last two
+/// are cold labels, so that a caller's code after the commit (a lock's release) follows it
+/// without a jump: GCC had put the slow path's call between them in some loops. Sections that
 /// can miss use PERCPU_CURRENT_RESULTS_WITH_MISS.
 #define PERCPU_CURRENT_RESULTS                      \
   return ::percpu::arch::current_result::committed; \
   aborted:                                          \
+  PERCPU_COLD_LABEL                                 \
   return ::percpu::arch::current_result::aborted;   \
   slow:                                             \
+  PERCPU_COLD_LABEL                                 \
   return ::percpu::arch::current_result::slow;
 
 /// PERCPU_CURRENT_RESULTS plus the `miss:` exit: returns miss.
