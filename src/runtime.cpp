@@ -155,6 +155,10 @@ void arm_exit_hook() {
 int register_this_thread() {
   signals_blocked guard;
   if (t_registered) return 0;
+  // Sections arm the area while it is unregistered too (they leave at their bound compare): a
+  // descriptor left there may lie in code unloaded since, which the kernel would read once the
+  // area is registered.
+  __atomic_store_n(&t_area.area.rseq_cs, 0, __ATOMIC_RELAXED);
   if (sys_rseq(&t_area.area, g_own_length, 0) != 0) return errno;
   t_registered = true;
   arm_exit_hook();

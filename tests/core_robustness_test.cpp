@@ -150,6 +150,19 @@ bool unregister_glibc_area(std::intptr_t off) {
   return false;
 }
 
+// The operations of the test below, after the area was unregistered (first == 0: counter adds;
+// 1: current_mm_cid(), then adds); 0, or what failed.
+[[gnu::noinline]] int use_after_unregistration(
+    percpu::counter<std::int64_t, percpu::index_mode::mm_cid>& c, int first) {
+  if (first == 0) {
+    for (int i = 0; i < 1000; ++i) c.add(1);  // the structures' sections
+    return 0;
+  }
+  const int cid = percpu::current_mm_cid();  // the getcpu cache
+  for (int i = 0; i < 1000; ++i) c.add(1);
+  return cid < 0 || cid >= percpu::machine_topology().mm_cid_bound ? 10 : 0;
+}
+
 // A thread whose glibc area is not registered holds cpu_id -1 and mm_cid 0: a valid-looking id
 // the kernel does not guard. (glibc 2.35+ ends a process whose new thread fails to register,
 // so the test unregisters the area; a thread made by raw clone() is in this state too.) mm_cid
@@ -169,13 +182,9 @@ TEST(Registration, AThreadWhoseGlibcAreaIsUnregisteredNeverUsesItsMmCid) {
           result = 77;
           return;
         }
-        if (first == 0) {
-          for (int i = 0; i < 1000; ++i) c.add(1);  // the structures' sections
-        } else {
-          const int cid = percpu::current_mm_cid();  // the getcpu cache
-          if (cid < 0 || cid >= percpu::machine_topology().mm_cid_bound) result = 10;
-          for (int i = 0; i < 1000; ++i) c.add(1);
-        }
+        // In a function of its own: percpu's check may be hoisted within a function (the area of
+        // a running thread is never unregistered), so it must not see the unregistration.
+        result = use_after_unregistration(c, first);
       });
       unregistered.join();
       if (result != 0) return result;

@@ -192,9 +192,10 @@ TYPED_TEST(CurrentOps, StackKeepsItsCountAndTellsFullEmptyAndClosedApart) {
 }
 
 // A thread whose area is not registered (here: percpu's own area, unregistered) must not run
-// sections: the kernel would not abort them, and the kernel has left mm_cid at 0, an index in
-// range, so mm_cid mode's registration check is all that stops it. Nothing is stored; the
-// next getcpu-cache call registers the thread again.
+// sections: the kernel would not abort them. The kernel resets mm_cid to 0 at unregistration;
+// percpu's own area then stores an mm_cid beyond every index space, which the sections' bound
+// compare rejects (on aarch64 the sections' cpu_id check rejects it first). Nothing is stored;
+// the next getcpu-cache call registers the thread again.
 TYPED_TEST(CurrentOps, AThreadWhoseAreaIsUnregisteredRunsNoSection) {
   constexpr index_mode M = TypeParam::value;
   if (percpu::registration().owner != percpu::area_owner::percpu)

@@ -99,8 +99,9 @@ inline int current_node() noexcept {
 /// moment and kept close to 0. Where the kernel lacks mm_cid this is cpu_id (same index space);
 /// where rseq is unavailable it is a dense per-thread index (the lowest id free when the thread
 /// first asked, released at thread exit), taken modulo the index space when threads outnumber it.
-/// Two loads from the area on the fast path (cpu_id, then mm_cid); an id beyond the index space
-/// is handled as in current_cpu(). Never negative.
+/// One load from the area on the fast path (mm_cid), and the check that the area is registered
+/// (hoisted out of a caller's loop: if_area_registered()); an id beyond the index space is
+/// handled as in current_cpu(). Never negative.
 PERCPU_ALWAYS_INLINE int current_mm_cid() noexcept {
   int cid;
   if (PERCPU_LIKELY(detail::try_current_mm_cid(cid))) return cid;

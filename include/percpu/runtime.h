@@ -131,8 +131,8 @@ struct alignas(64) hot_state {
   std::uint32_t mm_cid_field_bound;
   /// The getcpu cache's words: the low 32 bits hold an offset from the thread pointer (cpu_word:
   /// the area's; mm_cid_word: mm_cid mode's precomputed field, see mm_cid_index_offset), the
-  /// high 32 bits the index space's size (cpu_id_bound, mm_cid_bound). One load gives both, so
-  /// the fast path needs no order between two loads, and it may be hoisted (load_invariant()).
+  /// high 32 bits the index space's size (cpu_id_bound, mm_cid_bound). Stored as one word, so
+  /// that a bound read nonzero comes with its offset (load_getcpu_word()), and hoisted.
   /// 0 until initialize() stores them, last; they stay 0 if an offset does not fit in 32 bits
   /// (no platform places TLS that far), and the getcpu cache then always takes its slow path.
   std::uint64_t cpu_word;
@@ -175,40 +175,50 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
 /// `value` if the calling thread's area may serve mm_cid mode, else 0. It may not when it is
 /// glibc's area and glibc did not register it for this thread (its cpu_id is negative, its
 /// mm_cid 0: a valid-looking id the kernel does not guard). `value` is a word the caller treats
-/// as "not initialized" when 0 (rseq_offset, mm_cid_word), so one test serves both.
+/// as "not initialized" when 0 (rseq_offset, a getcpu word's bound), so one test serves both.
 ///
-/// An asm statement without memory operands, like load_invariant(): the answer is constant for
-/// the life of the thread (see hot_state::registration_offset), so the compiler may hoist it,
-/// with `value`, out of the caller's loop, which then keeps one register and pays no load for
-/// the check. (GCC already assumes that a function runs on one thread throughout: it keeps
-/// thread-local addresses across calls.) Before initialization the offset it reads is 0, a
-/// field of the thread control block, and the result is meaningless but so is `value`: 0.
+/// One asm statement without memory operands and of one output, like load_invariant(): the
+/// answer is constant for the life of the thread (see hot_state::registration_offset), so the
+/// compiler may hoist it, with `value`, out of the caller's loop, which then keeps one register
+/// and pays no load for the check. (GCC already assumes that a function runs on one thread
+/// throughout: it keeps thread-local addresses across calls.) The statement loads
+/// registration_offset itself, after `value` (its input; x86-64 keeps loads in order, aarch64
+/// orders it by an address dependency on `value`): initialize() stores the offset before the
+/// words `value` comes from, so a nonzero `value` comes with the final offset. (A zero `value`
+/// gives 0 whatever the offset read.)
 PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexcept {
-  const std::intptr_t at = load_invariant<&hot_state::registration_offset>();
-#if defined(__x86_64__)
-  // One output, and no input but `value` and the offset: GCC hoists such a statement (given a
-  // zero as an input, it picked a register that held 0 only inside the loop).
-  std::uint64_t out;
-  asm("cmpl $0, %%fs:(%[at])\n\t"
+  std::uint64_t out;  // the offset, then the result
+#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
+  // No input but `value` and the word's address (given a zero as an input too, GCC picked a
+  // register that held 0 only inside the loop, and kept the statement there).
+  asm("movq %c[at](%%rip), %[out]\n\t"
+      "cmpl $0, %%fs:(%[out])\n\t"
       "movl $0, %k[out]\n\t"
       "cmovgeq %[v], %[out]"
       : [out] "=&r"(out)
-      : [v] "r"(value), [at] "r"(at)
+      : [v] "r"(value), [at] "i"(&g_hot.registration_offset)
       : "cc");
-  value = out;
+#elif defined(__x86_64__)
+  asm("movq (%[at]), %[out]\n\t"
+      "cmpl $0, %%fs:(%[out])\n\t"
+      "movl $0, %k[out]\n\t"
+      "cmovgeq %[v], %[out]"
+      : [out] "=&r"(out)
+      : [v] "r"(value), [at] "r"(&g_hot.registration_offset)
+      : "cc");
 #elif defined(__aarch64__)
-  std::uint64_t out;  // the field, then the result
-  asm("ldr %w[out], [%[tp], %[at]]\n\t"
+  asm("eor %[out], %[v], %[v]\n\t"
+      "ldr %[out], [%[at], %[out]]\n\t"
+      "ldr %w[out], [%[tp], %[out]]\n\t"
       "cmp %w[out], #0\n\t"
       "csel %[out], %[v], xzr, ge"
       : [out] "=&r"(out)
-      : [v] "r"(value), [at] "r"(at), [tp] "r"(__builtin_thread_pointer())
+      : [v] "r"(value), [at] "r"(&g_hot.registration_offset), [tp] "r"(__builtin_thread_pointer())
       : "cc");
-  value = out;
 #else
 #error "percpu: x86-64 or aarch64"
 #endif
-  return value;
+  return out;
 }
 
 /// A getcpu word's two halves: the offset of the field to read, the index space's size.

@@ -193,7 +193,7 @@ void refill_lists() {
 // The sequences read the area directly, so each thread must be registered before its first
 // one: where percpu registers its own area (glibc's registration off), it does so on a thread's
 // first getcpu-cache call. An unregistered area reads cpu_id -1 (an index outside the regions)
-// and mm_cid 0, and the kernel would not abort a section armed there.
+// and an mm_cid that is no thread's own, and the kernel would not abort a section armed there.
 template <auto Op, op_shape S>
 struct registered_loop {
   static std::uint64_t loop(int thread, const std::atomic<bool>& stop) {

@@ -22,8 +22,8 @@
 namespace percpu::arch {
 
 // Head of both sections: descriptor, the registration check (cpu_id is negative while this
-// thread's own area is not registered, or after it was unregistered at thread exit, when the
-// kernel leaves mm_cid at 0 and would no longer abort the section; the generic operations
+// thread's own area is not registered, and in glibc's area of a thread glibc did not register,
+// whose mm_cid reads 0 and whose sections the kernel would not abort; the generic operations
 // handle both; only the thread itself registers, so it is checked before arming), arming store,
 // the index check against mm_cid mode's section bound (g_hot.mm_section_bound: the number of
 // regions in rseq mode, 0 in fallback mode and from the start of a switch to it, which fences
