@@ -141,6 +141,20 @@ struct alignas(64) hot_state {
 static_assert(sizeof(hot_state) == 64, "the fast paths' state is one cache line");
 PERCPU_API extern hot_state g_hot;
 
+// How the x86-64 asm statements below address a word of g_hot whose address is their operand
+// `name`, `disp` bytes into it. In an executable built by GCC, g_hot's address is a link-time
+// constant (a copy relocation in a position-independent one), so the load is RIP-relative, as a
+// plain load of it would be. In a shared object g_hot may lie in another one, so its address
+// comes from the GOT (a load the compiler hoists too); clang takes no such address as an "i"
+// operand and gets the same register form.
+#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
+#define PERCPU_HOT_AT(name, disp) "%c[" name "]+" disp "(%%rip)"
+#define PERCPU_HOT_ADDR(address) "i"(address)
+#else
+#define PERCPU_HOT_AT(name, disp) disp "(%[" name "])"
+#define PERCPU_HOT_ADDR(address) "r"(address)
+#endif
+
 /// Loads the 8-byte word of g_hot at `Field` (a pointer to member), a word written once, from
 /// 0 to its final value (the offsets, cpu_word, mm_cid_word), as a value
 /// the compiler may treat as invariant: an asm statement without memory operands, which it may
@@ -155,15 +169,8 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
   using word = std::remove_cv_t<std::remove_reference_t<decltype(g_hot.*Field)>>;
   static_assert(sizeof(word) == 8, "load_invariant reads one 8-byte word");
   word v;
-#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
-  // An executable: g_hot's address is a link-time constant (a copy relocation in a position-
-  // independent one), so the load is RIP-relative, as a plain load of it would be. (GCC only:
-  // clang takes no such address as an "i" operand, and gets the register form below.)
-  asm("movq %c1(%%rip), %0" : "=r"(v) : "i"(&(g_hot.*Field)));
-#elif defined(__x86_64__)
-  // A shared object (or clang): g_hot may lie in another one, so its address comes from the
-  // GOT (a load the compiler hoists too).
-  asm("movq (%1), %0" : "=r"(v) : "r"(&(g_hot.*Field)));
+#if defined(__x86_64__)
+  asm("movq " PERCPU_HOT_AT("w", "0") ", %0" : "=r"(v) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
 #elif defined(__aarch64__)
   asm("ldr %0, [%1]" : "=r"(v) : "r"(&(g_hot.*Field)));
 #else
@@ -188,23 +195,15 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
 /// gives 0 whatever the offset read.)
 PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexcept {
   std::uint64_t out;  // the offset, then the result
-#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
+#if defined(__x86_64__)
   // No input but `value` and the word's address (given a zero as an input too, GCC picked a
   // register that held 0 only inside the loop, and kept the statement there).
-  asm("movq %c[at](%%rip), %[out]\n\t"
+  asm("movq " PERCPU_HOT_AT("at", "0") ", %[out]\n\t"
       "cmpl $0, %%fs:(%[out])\n\t"
       "movl $0, %k[out]\n\t"
       "cmovgeq %[v], %[out]"
       : [out] "=&r"(out)
-      : [v] "r"(value), [at] "i"(&g_hot.registration_offset)
-      : "cc");
-#elif defined(__x86_64__)
-  asm("movq (%[at]), %[out]\n\t"
-      "cmpl $0, %%fs:(%[out])\n\t"
-      "movl $0, %k[out]\n\t"
-      "cmovgeq %[v], %[out]"
-      : [out] "=&r"(out)
-      : [v] "r"(value), [at] "r"(&g_hot.registration_offset)
+      : [v] "r"(value), [at] PERCPU_HOT_ADDR(&g_hot.registration_offset)
       : "cc");
 #elif defined(__aarch64__)
   asm("eor %[out], %[v], %[v]\n\t"
@@ -240,12 +239,11 @@ PERCPU_ALWAYS_INLINE getcpu_parts load_getcpu_word() noexcept {
   static_assert(sizeof(g_hot.*Field) == 8, "a getcpu word is 8 bytes");
   std::uint32_t bound;
   std::intptr_t offset;
-#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
-  asm("movl %c1+4(%%rip), %0" : "=r"(bound) : "i"(&(g_hot.*Field)));
-  asm("movslq %c1(%%rip), %0" : "=r"(offset) : "i"(&(g_hot.*Field)), "r"(bound));
-#elif defined(__x86_64__)
-  asm("movl 4(%1), %0" : "=r"(bound) : "r"(&(g_hot.*Field)));
-  asm("movslq (%1), %0" : "=r"(offset) : "r"(&(g_hot.*Field)), "r"(bound));
+#if defined(__x86_64__)
+  asm("movl " PERCPU_HOT_AT("w", "4") ", %0" : "=r"(bound) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
+  asm("movslq " PERCPU_HOT_AT("w", "0") ", %0"
+      : "=r"(offset)
+      : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)), "r"(bound));
 #elif defined(__aarch64__)
   // One load, split in C++: GCC hoists the split as well here.
   const std::uint64_t word = load_invariant<Field>();
