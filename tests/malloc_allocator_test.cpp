@@ -245,6 +245,44 @@ TEST(MallocAllocator, CrossThreadFreesNeverShareAnObject) {
   EXPECT_EQ(errors.load(), 0);
 }
 
+// A program that frees what it allocated and then stops calling the allocator (no maintenance
+// pass runs after its last free) holds little: freed objects go home to their spans instead of
+// pinning one span each in the transfer caches or in capacities grown for frees, and the page
+// heap keeps backed free memory within its bound at every free.
+TEST(MallocAllocator, AProgramThatFreesItsDataAndStopsHoldsLittle) {
+  constexpr std::size_t kBytesPerThread = std::size_t{32} << 20;
+  const page_heap_stats before = page_heap().stats();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([t] {
+      std::vector<void*> live;
+      std::uint64_t r = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(t + 1);
+      auto next = [&r] {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        return r;
+      };
+      for (std::size_t total = 0; total < kBytesPerThread;) {
+        const std::size_t size = 16 + next() % 497;  // 16-512 B
+        live.push_back(allocate(size));
+        total += size;
+      }
+      for (std::size_t i = live.size(); i > 1; --i) std::swap(live[i - 1], live[next() % i]);
+      for (void* p : live) deallocate(p);  // in random order: spans fill with holes first
+    });
+  for (auto& th : threads) th.join();
+  const page_heap_stats after = page_heap().stats();
+  EXPECT_LE(after.free, page_heap().free_bound());
+  // Before the change, the transfer caches alone (64 batches of each class) held objects of
+  // almost every span, and all 64 MiB stayed in spans; now what stays is the caches' last
+  // batches and a few transfer batches, each object pinning at most one span.
+  const std::size_t held = after.in_use > before.in_use ? after.in_use - before.in_use : 0;
+  EXPECT_LE(held + after.free, std::size_t{24} << 20)
+      << "in spans: " << (held >> 10) << " KiB more than before, free and backed: "
+      << (after.free >> 10) << " KiB";
+}
+
 }  // namespace
 
 // What a signal handler that interrupted the allocator's own locked code sees (t_locks above

@@ -178,13 +178,17 @@ __attribute__((noinline)) void slow::give_back(std::size_t cls, void* p,
     nested guard;
     if (cache_init()) {
       if (cache_push(cls, p)) return;
-      // At capacity: grow it, budget permitting, or else make room.
-      if (cache_note_miss(cls) && cache_push(cls, p)) return;
+      // At capacity: grow it (budget permitting) or lower it (cache_note_overflow), and make
+      // room: a batch to the central lists, two when the capacity fell.
+      const overflow_action a = cache_note_overflow(cls);
+      if (a == overflow_action::grew && cache_push(cls, p)) return;
       count_flush(cls);
       maybe_maintain();
-      void* batch[kMaxBatch];
-      const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
-      central_insert(cls, batch, n);
+      for (int k = a == overflow_action::lowered ? 2 : 1; k > 0; --k) {
+        void* batch[kMaxBatch];
+        const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
+        central_insert(cls, batch, n);
+      }
       if (cache_push(cls, p)) return;
     }
   }

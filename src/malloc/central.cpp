@@ -14,6 +14,9 @@ namespace {
 struct class_state {
   pthread_mutex_t lock;  // all-zero is PTHREAD_MUTEX_INITIALIZER on glibc
   std::size_t batches;   // full batches in `transfer`
+  // Batches removed and not yet matched by an insertion, up to kTransferCredit: the transfer
+  // cache takes more than kTransferAlways batches only on credit (removals keep up).
+  std::size_t credit;
   void* transfer[kTransferBatches][kMaxBatch];
   span* nonempty;  // spans with free or never-carved objects, doubly linked
   std::size_t spans;
@@ -102,6 +105,7 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept 
   class_state& c = g_classes[cls];
   const size_class_info& info = kClasses[cls];
   locked l(c);
+  if (c.credit < kTransferCredit) ++c.credit;
   if (n == info.batch && c.batches > 0) {
     --c.batches;
     std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
@@ -120,10 +124,21 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
   class_state& c = g_classes[cls];
   const size_class_info& info = kClasses[cls];
   locked l(c);
-  if (n == info.batch && c.batches < kTransferBatches) {
-    std::memcpy(c.transfer[c.batches], objects, n * sizeof(void*));
-    ++c.batches;
-    return;
+  // Kept as a batch while someone takes batches out (producer and consumer threads, or phases
+  // of one thread). A class that is only freed (a program emptying its data) sends its objects
+  // home to their spans, with one of the transfer cache's batches each time, so that the spans
+  // empty and go back to the page heap instead of staying pinned by one cached object each.
+  if (n == info.batch) {
+    if (c.batches < kTransferAlways || (c.batches < kTransferBatches && c.credit > 0)) {
+      if (c.batches >= kTransferAlways) --c.credit;
+      std::memcpy(c.transfer[c.batches], objects, n * sizeof(void*));
+      ++c.batches;
+      return;
+    }
+    if (c.credit == 0) {
+      --c.batches;
+      for (std::size_t i = 0; i < n; ++i) give_back(c, c.transfer[c.batches][i], info);
+    }
   }
   for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info);
 }

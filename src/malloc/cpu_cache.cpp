@@ -146,11 +146,11 @@ bool cache_push(std::size_t cls, void* p) noexcept {
   return percpu::detail::stack_push<kMode>(stacks_of(cls), cap, reinterpret_cast<std::intptr_t>(p));
 }
 
-bool cache_note_miss(std::size_t cls) noexcept {
-  const int index = current_index<kMode>();
-  if (index < 0 || index >= g_indices.load(std::memory_order_relaxed)) return false;
-  std::intptr_t* h = header_of(index);
-  __atomic_fetch_add(&h[cache_layout::kMissWord + cls], 1, __ATOMIC_RELAXED);
+namespace {
+
+// Grows `cls`'s capacity on `index` by one batch, up to cache_max_capacity(), when the index's
+// budget allows. Returns true when it grew.
+bool grow_capacity(int index, std::size_t cls) noexcept {
   std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
   const auto max = static_cast<std::intptr_t>(cache_max_capacity(cls));
   if (cap >= max) return false;
@@ -167,6 +167,36 @@ bool cache_note_miss(std::size_t cls) noexcept {
     return false;
   }
   return true;
+}
+
+// The calling thread's index, or -1 when it is outside the caches.
+int cache_index_now() noexcept {
+  const int index = current_index<kMode>();
+  return index >= 0 && index < g_indices.load(std::memory_order_relaxed) ? index : -1;
+}
+
+}  // namespace
+
+bool cache_note_miss(std::size_t cls) noexcept {
+  const int index = cache_index_now();
+  if (index < 0) return false;
+  __atomic_fetch_add(&header_of(index)[cache_layout::kMissWord + cls], 1, __ATOMIC_RELAXED);
+  return grow_capacity(index, cls);
+}
+
+overflow_action cache_note_overflow(std::size_t cls) noexcept {
+  const int index = cache_index_now();
+  if (index < 0) return overflow_action::none;
+  std::intptr_t* h = header_of(index);
+  const std::intptr_t misses = __atomic_load_n(&h[cache_layout::kMissWord + cls], __ATOMIC_RELAXED);
+  const std::intptr_t seen =
+      __atomic_exchange_n(&h[cache_layout::kOverflowMissWord + cls], misses, __ATOMIC_RELAXED);
+  if (misses != seen)
+    return grow_capacity(index, cls) ? overflow_action::grew : overflow_action::none;
+  const std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
+  const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
+  if (cap <= batch || !lower_capacity(index, cls, cap, cap - batch)) return overflow_action::none;
+  return overflow_action::lowered;
 }
 
 std::size_t cache_capacity_of(int index, std::size_t cls) noexcept {

@@ -55,10 +55,9 @@ bool pass_locked() noexcept {
   // Transfer caches decay by half a pass: a busy class refills them from its flushes.
   for (std::size_t cls = 1; cls < kClassCount; ++cls)
     g_stats.transfer_objects_released += central_release_transfer(cls);
-  const page_heap_stats h = page_heap().stats();
-  const std::size_t used = h.in_use + h.large;
-  const std::size_t keep = used / 8 > kMinKeptFreeBytes ? used / 8 : kMinKeptFreeBytes;
-  g_stats.released_bytes += page_heap().release(keep);
+  // Decay: free spans not reused for kDecayNs go back to the kernel (the page heap keeps the
+  // rest within its bound at every free).
+  g_stats.released_bytes += page_heap().release_older_than(now_ns() - kDecayNs);
   return g_stats.drained_objects != before.drained_objects ||
          g_stats.trimmed_objects != before.trimmed_objects ||
          g_stats.transfer_objects_released != before.transfer_objects_released ||

@@ -4,10 +4,12 @@
 // load, so it works before any constructor runs; nothing here calls malloc.
 #include "percpu/malloc/page_heap.h"
 
+#include "percpu/config.h"
 #include "percpu/malloc/reentrancy.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <cstring>
 #include <new>
@@ -63,6 +65,17 @@ char* map_aligned(std::size_t bytes) {
   if (end > aligned + bytes)
     munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
   return reinterpret_cast<char*>(aligned);
+}
+
+std::int64_t coarse_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::size_t free_bound_locked() {
+  const std::size_t quarter = (g_stats.in_use + g_stats.large) / 4;
+  return quarter > kFreeBoundFloor ? quarter : kFreeBoundFloor;
 }
 
 unsigned log2_bucket(std::size_t bytes) {
@@ -277,11 +290,13 @@ span* page_heap_t::allocate_span(std::size_t pages, std::size_t cls) {
 span* page_heap_t::join(span* lo, span* hi) {
   if (lo->pages >= hi->pages) {
     for (std::size_t i = 0; i < hi->pages; ++i) set_pagemap(hi->first_page + i, lo);
+    if (hi->freed_ns > lo->freed_ns) lo->freed_ns = hi->freed_ns;  // the newer age: kept longer
     lo->pages += hi->pages;
     delete_span(hi);
     return lo;
   }
   for (std::size_t i = 0; i < lo->pages; ++i) set_pagemap(lo->first_page + i, hi);
+  if (lo->freed_ns > hi->freed_ns) hi->freed_ns = lo->freed_ns;
   hi->first_page = lo->first_page;
   hi->pages += lo->pages;
   delete_span(lo);
@@ -303,12 +318,24 @@ void page_heap_t::free_span(span* s) {
 }
 
 // Puts `s` (its pages no longer used) on the free lists, backed, coalesced with its backed free
-// neighbours.
+// neighbours; then keeps backed free memory within the bound.
 void page_heap_t::free_locked(span* s) {
   s->kind = span::state::free;
   s->released = false;
   s->requested_bytes = s->offset = 0;
+  s->freed_ns = coarse_now_ns();
   insert_free(merge_neighbours(s));
+  enforce_free_bound_locked();
+}
+
+// Past the bound, releases down to half of it, largest spans first (one walk of the lists;
+// the age of each span matters to the passes' decay, not here: this is the cap). Releasing well
+// below the bound makes each release worth its madvise calls: a program freeing steadily
+// triggers one per half-bound of memory it frees.
+void page_heap_t::enforce_free_bound_locked() {
+  const std::size_t bound = free_bound_locked();
+  if (PERCPU_LIKELY(g_stats.free <= bound)) return;
+  g_stats.released_by_bound += release_locked(bound / 2, INT64_MAX);
 }
 
 // Coalesces free span `s` (off the lists) with the free neighbours in the same state (both
@@ -403,14 +430,29 @@ bool page_heap_t::resize_large(const void* p, std::size_t bytes) {
 
 std::size_t page_heap_t::release(std::size_t keep_bytes) {
   locked l;
-  // First the backed spans to release, largest lists first, taken off the lists onto a chain
-  // (each list walked once); then each is returned to the kernel and joins its released
-  // neighbours. A span still on the chain is backed, so no released span merges with it.
+  return release_locked(keep_bytes, INT64_MAX);
+}
+
+std::size_t page_heap_t::release_older_than(std::int64_t cutoff_ns) {
+  locked l;
+  return release_locked(0, cutoff_ns);
+}
+
+std::size_t page_heap_t::free_bound() {
+  locked l;
+  return free_bound_locked();
+}
+
+// Releases backed free spans freed before `older_than_ns` until at most `keep_bytes` stay
+// backed. First the spans to release, largest lists first, are taken off the lists onto a chain
+// (each list walked once); then each is returned to the kernel and joins its released
+// neighbours. A span still on the chain is backed, so no released span merges with it.
+std::size_t page_heap_t::release_locked(std::size_t keep_bytes, std::int64_t older_than_ns) {
   span* chain = nullptr;
   auto take_backed = [&](span** list) {
     for (span* s = *list; s != nullptr && g_stats.free > keep_bytes;) {
       span* next = s->next;
-      if (!s->released) {
+      if (!s->released && s->freed_ns < older_than_ns) {
         remove_free(s);
         s->next = chain;
         chain = s;

@@ -32,21 +32,29 @@ std::size_t mixed_size(rng& r) {
   return r.range(8193, 65536);
 }
 
-void* tagged_alloc(std::size_t size, std::uint64_t owner) {
-  void* p = std::malloc(size);
-  if (p == nullptr) die("malloc returned NULL", nullptr, size);
+void write_tags(void* p, std::size_t size, std::uint64_t owner) {
   const std::uint64_t t = tag_of(reinterpret_cast<std::uintptr_t>(p), owner);
   std::memcpy(p, &t, 8);
   std::memcpy(static_cast<char*>(p) + size - 8, &t, 8);
+}
+
+void check_tags(const void* p, std::size_t size, std::uint64_t owner) {
+  const std::uint64_t t = tag_of(reinterpret_cast<std::uintptr_t>(p), owner);
+  std::uint64_t head, tail;
+  std::memcpy(&head, p, 8);
+  std::memcpy(&tail, static_cast<const char*>(p) + size - 8, 8);
+  if (head != t || tail != t) die("an object's tag changed: two live objects overlap", p, size);
+}
+
+void* tagged_alloc(std::size_t size, std::uint64_t owner) {
+  void* p = std::malloc(size);
+  if (p == nullptr) die("malloc returned NULL", nullptr, size);
+  write_tags(p, size, owner);
   return p;
 }
 
 void tagged_free(void* p, std::size_t size, std::uint64_t owner) {
-  const std::uint64_t t = tag_of(reinterpret_cast<std::uintptr_t>(p), owner);
-  std::uint64_t head, tail;
-  std::memcpy(&head, p, 8);
-  std::memcpy(&tail, static_cast<char*>(p) + size - 8, 8);
-  if (head != t || tail != t) die("an object's tag changed: two live objects overlap", p, size);
+  check_tags(p, size, owner);
   std::free(p);
 }
 

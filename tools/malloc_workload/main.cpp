@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
   percpu::workload::params p;
   app.add_option("workload", name,
                  "service, producer-consumer, latency, churn, large-churn, large-realloc, "
-                 "large-live, larson or xmalloc")
+                 "large-live, larson, xmalloc, idle or mix")
       ->required()
       ->check(CLI::IsMember({"service", "producer-consumer", "latency", "churn", "large-churn",
-                             "large-realloc", "large-live", "larson", "xmalloc"}));
+                             "large-realloc", "large-live", "larson", "xmalloc", "idle", "mix"}));
   app.add_option("--threads", p.threads, "service: threads; churn: threads created in all")
       ->check(CLI::Range(1, 100000));
   app.add_option("--active", p.active, "service: requests at once (default: online CPUs)")
@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--rounds", p.rounds, "large-*: repetitions of the pattern")
       ->check(CLI::Range(1L, 1000000000L));
+  app.add_option("--megabytes", p.megabytes, "idle: MiB allocated and freed before idling")
+      ->check(CLI::Range(1L, 1000000L));
+  app.add_option("--idle-ms", p.idle_ms, "idle: ms without allocator calls before the end RSS")
+      ->check(CLI::Range(0L, 3600000L));
   app.add_option("--seed", p.seed, "Random seed");
   CLI11_PARSE(app, argc, argv);
 
@@ -72,6 +76,8 @@ int main(int argc, char** argv) {
   if (name == "large-live") r = percpu::workload::run_large_live(p);
   if (name == "larson") r = percpu::workload::run_larson(p);
   if (name == "xmalloc") r = percpu::workload::run_xmalloc(p);
+  if (name == "idle") r = percpu::workload::run_idle(p);
+  if (name == "mix") r = percpu::workload::run_mix(p);
 
   nlohmann::json j = {{"workload", name},
                       {"seconds", r.seconds},

@@ -23,6 +23,8 @@ struct params {
   int think_us = 1000;     ///< service: a thread's idle time between its requests (µs)
   int batches = 200;       ///< latency: timed batches per size
   long rounds = 100;       ///< large-*: repetitions of the pattern; larson: generations
+  long megabytes = 800;    ///< idle: MiB allocated and freed before the idle time
+  long idle_ms = 3000;     ///< idle: milliseconds without allocator calls before the end RSS
   int seed = 1;
 };
 
@@ -46,6 +48,8 @@ result run_large_realloc(const params& p);
 result run_large_live(const params& p);
 result run_larson(const params& p);
 result run_xmalloc(const params& p);
+result run_idle(const params& p);
+result run_mix(const params& p);
 
 // ---- helpers shared by the workloads ----
 
@@ -66,6 +70,10 @@ struct rng {
 /// A request-mix object size: 60% 16-128 B, 30% 129-1024 B, 9% 1-8 KiB, 1% 8-64 KiB.
 std::size_t mixed_size(rng& r);
 
+/// Writes the tags at both ends of `p`'s `size` (at least 16) bytes.
+void write_tags(void* p, std::size_t size, std::uint64_t owner);
+/// Checks the tags write_tags() wrote (exits with a message naming the corruption).
+void check_tags(const void* p, std::size_t size, std::uint64_t owner);
 /// Allocates `size` bytes (at least 16) and writes the tags; exits with a message on NULL.
 void* tagged_alloc(std::size_t size, std::uint64_t owner);
 /// Checks the tags `tagged_alloc` wrote (exits with a message naming the corruption), frees.

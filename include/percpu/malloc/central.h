@@ -16,6 +16,11 @@ namespace percpu::malloc_impl {
 
 /// Whole batches a size class's transfer cache holds.
 inline constexpr std::size_t kTransferBatches = 64;
+/// Whole batches a size class's transfer cache takes whatever the demand; beyond them, one for
+/// each removal not yet matched by an insertion, counting at most kTransferCredit removals. A
+/// batch refused goes to its spans with one of the cache's own (central_insert).
+inline constexpr std::size_t kTransferAlways = 2;
+inline constexpr std::size_t kTransferCredit = 8;
 /// Largest batch of any class (size_class_info::batch).
 inline constexpr std::size_t kMaxBatch = 32;
 

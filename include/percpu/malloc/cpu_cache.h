@@ -46,12 +46,13 @@ namespace cache_layout {
 
 /// An index's region starts with a header of words: each class's current capacity (0: not set
 /// yet; the fast push then always declines), its misses, its misses at the last maintenance
-/// pass, and the bytes the capacities commit (sum of capacity x size).
+/// pass and at the last overflow, and the bytes the capacities commit (sum of capacity x size).
 inline constexpr std::size_t kCapWord = 0;
 inline constexpr std::size_t kMissWord = kClassCount;
 inline constexpr std::size_t kSeenMissWord = 2 * kClassCount;
-inline constexpr std::size_t kCommittedWord = 3 * kClassCount;
-inline constexpr std::size_t kHeaderWords = (3 * kClassCount + 1 + 7) / 8 * 8;
+inline constexpr std::size_t kOverflowMissWord = 3 * kClassCount;
+inline constexpr std::size_t kCommittedWord = 4 * kClassCount;
+inline constexpr std::size_t kHeaderWords = (4 * kClassCount + 1 + 7) / 8 * 8;
 
 /// Word offset of each class's stack (count, then entries) inside an index's region.
 constexpr std::array<std::size_t, kClassCount + 1> make_offsets() {
@@ -148,10 +149,22 @@ void* cache_pop(std::size_t cls) noexcept;
 /// or more.
 bool cache_push(std::size_t cls, void* p) noexcept;
 
-/// Records a miss of `cls` on the calling thread's index (its stack was empty on allocation, or
-/// at capacity on free), and grows that capacity by one batch, up to cache_max_capacity(), when
-/// the index's budget allows. Returns true when it grew.
+/// Records a miss of `cls` on the calling thread's index (its stack was empty on allocation),
+/// and grows that capacity by one batch, up to cache_max_capacity(), when the index's budget
+/// allows. Returns true when it grew.
 bool cache_note_miss(std::size_t cls) noexcept;
+
+/// What cache_note_overflow() did to the capacity.
+enum class overflow_action { none, grew, lowered };
+
+/// A free of `cls` found the calling thread's stack at its capacity. When allocations of `cls`
+/// missed on this index since its previous overflow (the class is in use both ways), the
+/// capacity grows by a batch, budget permitting, as for a miss; otherwise the index only frees
+/// `cls` now (a thread emptying its data, or a consumer of objects other threads allocate), and
+/// the capacity falls by a batch, down to one batch: the objects it would keep pin a span each,
+/// which could then never empty and go back (maintenance passes lower unused capacities too,
+/// but a program that stops calling the allocator runs none).
+overflow_action cache_note_overflow(std::size_t cls) noexcept;
 
 /// The current capacity of `cls` on `index`, and the bytes committed by all of that index's
 /// capacities.

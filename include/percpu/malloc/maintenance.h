@@ -1,11 +1,13 @@
 // percpu malloc's periodic upkeep, so that RSS follows use instead of staying at its high-water
 // mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), classes
 // without misses on the others give capacity back (cache_shrink_unused), and free
-// page-heap memory beyond a small reserve is returned to the kernel (madvise). There is no
+// page-heap memory not reused for kDecayNs is returned to the kernel (madvise; the page heap
+// itself keeps backed free memory within its bound at every free, page_heap.h). There is no
 // background thread by default: the allocator's slow paths (refills and flushes) call
 // maybe_maintain(), and one of them does a pass at most every kMaintenanceInterval; transfer
 // caches lose half their batches to their spans at each pass. A process that stops allocating
-// keeps what it holds until its next slow path, unless PERCPU_MALLOC_BACKGROUND=1 starts a
+// keeps what its caches hold, and free memory within the page heap's bound, until its next slow
+// path, unless PERCPU_MALLOC_BACKGROUND=1 starts a
 // background thread (named percpu-malloc, at the first pass that moved or returned memory,
 // again after fork()) that runs the passes itself. It is not the default: a thread of its own
 // makes the program multi-threaded, and unshare(CLONE_NEWUSER) fails with EINVAL in a
@@ -19,11 +21,6 @@ namespace percpu::malloc_impl {
 
 /// Shortest time between two passes, in ns.
 inline constexpr std::int64_t kMaintenanceInterval = 100'000'000;
-
-/// Free page-heap memory kept backed by a pass: the larger of this and 1/8 of the memory in
-/// small spans (a reserve for the next spans, so a steady program does not fault its spans in
-/// again and again).
-inline constexpr std::size_t kMinKeptFreeBytes = 2u << 20;
 
 /// What maintenance has done since the process started.
 struct maintenance_stats {

@@ -5,7 +5,14 @@
 // Large allocations (above the size classes) are spans of the same heap: carved from the same
 // regions, freed into the same coalescing free lists, so a freed block's memory is reused by the
 // next allocation of any size without a system call, and returned to the kernel by the same
-// decay (release()). Growing one in place takes pages from the free span after it.
+// decay. Growing one in place takes pages from the free span after it.
+//
+// Returning free memory (decay): a free span stays backed, ready for the next allocation
+// without a page fault, until it has been free for kDecayNs (release_older_than(), run by the
+// maintenance passes) or until backed free memory passes free_bound(): the larger of
+// kFreeBoundFloor and a quarter of the memory in use. A free that passes the bound releases
+// down to half of it at once, largest spans first, so a program that frees most of its memory
+// and then stops calling the allocator holds at most the bound, with no thread of ours.
 //
 // Thread safety: allocate_span(), free_span(), allocate_large(), free_large(), resize_large(),
 // release() and stats() take the heap's lock; span_of() is lock-free (the pagemap only gains
@@ -42,6 +49,7 @@ struct span {
   std::uint32_t allocated = 0;   ///< objects out of the span (in caches or with users)
   std::uint32_t carved = 0;      ///< objects carved so far (the rest never handed out)
 
+  std::int64_t freed_ns = 0;        ///< free backed spans: when freed (CLOCK_MONOTONIC_COARSE)
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for
   std::size_t offset = 0;           ///< large spans: user pointer = start() + offset (alignment)
 
@@ -49,15 +57,22 @@ struct span {
   std::size_t bytes() const { return pages << kPageShift; }
 };
 
+/// Backed free memory is released once it has been free this long (ns).
+inline constexpr std::int64_t kDecayNs = 1'000'000'000;
+/// Backed free memory is released at once beyond the larger of this and a quarter of the memory
+/// in small and large spans (free_bound()).
+inline constexpr std::size_t kFreeBoundFloor = std::size_t{8} << 20;
+
 /// Counters of the page heap, in bytes.
 struct page_heap_stats {
-  std::size_t mapped = 0;    ///< mapped in regions (small, large and free spans)
-  std::size_t in_use = 0;    ///< in small spans
-  std::size_t free = 0;      ///< in free spans still backed by memory
-  std::size_t released = 0;  ///< in free spans returned to the kernel
-  std::size_t large = 0;     ///< in large spans (allocations above the size classes)
-  std::size_t unmapped = 0;  ///< free spans unmapped since start because a mapping failed
-  std::size_t metadata = 0;  ///< mapped for the heap's own bookkeeping
+  std::size_t mapped = 0;             ///< mapped in regions (small, large and free spans)
+  std::size_t in_use = 0;             ///< in small spans
+  std::size_t free = 0;               ///< in free spans still backed by memory
+  std::size_t released = 0;           ///< in free spans returned to the kernel
+  std::size_t large = 0;              ///< in large spans (allocations above the size classes)
+  std::size_t unmapped = 0;           ///< free spans unmapped since start because a mapping failed
+  std::size_t metadata = 0;           ///< mapped for the heap's own bookkeeping
+  std::size_t released_by_bound = 0;  ///< returned at frees that passed free_bound(), since start
 };
 
 /// The process's page heap (one instance; see page_heap()).
@@ -101,8 +116,15 @@ class page_heap_t {
   std::uintptr_t entry_of(const void* p) const noexcept;
 
   /// Returns free spans' memory to the kernel until at most `keep_bytes` of free memory stays
-  /// backed; returns the bytes released.
+  /// backed, largest spans first; returns the bytes released.
   std::size_t release(std::size_t keep_bytes);
+
+  /// Returns to the kernel every backed free span freed before `cutoff_ns` (CLOCK_MONOTONIC_COARSE
+  /// time): the decay of the maintenance passes. Returns the bytes released.
+  std::size_t release_older_than(std::int64_t cutoff_ns);
+
+  /// The most backed free memory kept after a free: max(kFreeBoundFloor, (in use + large) / 4).
+  std::size_t free_bound();
 
   page_heap_stats stats();
 
@@ -128,6 +150,8 @@ class page_heap_t {
   span* merge_neighbours(span* s);
   span* join(span* lo, span* hi);
   std::size_t unmap_free_locked();
+  std::size_t release_locked(std::size_t keep_bytes, std::int64_t older_than_ns);
+  void enforce_free_bound_locked();
   void* meta_alloc_locked(std::size_t bytes);
 };
 
