@@ -3,6 +3,7 @@
 // check holds exactly at the multiples of the size.
 #include <gtest/gtest.h>
 
+#include <percpu/malloc/central.h>
 #include <percpu/malloc/size_classes.h>
 
 namespace {
@@ -22,7 +23,7 @@ TEST(MallocSizeClasses, ClassesAreAlignedIncreasingAndSpansWasteLittle) {
     const std::size_t span = std::size_t{k.pages} * kPageSize;
     EXPECT_LE(span % k.size, span / 8) << "class " << c << " size " << k.size;
     EXPECT_GE(k.batch, 2u);
-    EXPECT_LE(k.batch, 32u);
+    EXPECT_LE(k.batch, kMaxBatch);  // what the transfer cache and the refills hold
   }
   EXPECT_EQ(kClasses[kClassCount - 1].size, kMaxSmallSize);
 }

@@ -22,7 +22,7 @@ inline constexpr std::size_t kTransferBatches = 64;
 inline constexpr std::size_t kTransferAlways = 2;
 inline constexpr std::size_t kTransferCredit = 8;
 /// Largest batch of any class (size_class_info::batch).
-inline constexpr std::size_t kMaxBatch = 32;
+inline constexpr std::size_t kMaxBatch = 64;
 
 /// Counters of one size class's middle end.
 struct central_stats {

@@ -52,9 +52,12 @@ constexpr std::uint32_t span_pages(std::size_t size) {
   return static_cast<std::uint32_t>(pages);
 }
 
+// Objects moved per refill or flush: 64 KiB worth, between 2 and 64. A batch is one lock of the
+// class's central list for the objects it moves (64 rather than 32 small objects: xmalloc-test,
+// one producer's objects freed by another thread, ran 19% faster).
 constexpr std::uint32_t batch_for(std::size_t size) {
   const std::size_t b = 64 * 1024 / size;
-  return static_cast<std::uint32_t>(b < 2 ? 2 : (b > 32 ? 32 : b));
+  return static_cast<std::uint32_t>(b < 2 ? 2 : (b > 64 ? 64 : b));
 }
 
 constexpr std::array<size_class_info, kClassCount> make_classes() {
