@@ -1,21 +1,26 @@
-// Workloads 8-9, the standard allocator benchmarks' cross-thread patterns (after larson and
-// xmalloc-test in mimalloc-bench; our own code):
-//  - larson: `threads` threads each keep 5,000 live objects of random sizes (8-1,000 B) and
-//    replace a random one `objects` times (larson's default: 500,000), then hand their objects
-//    to a new thread, which frees them as it replaces them (`rounds` generations): frees of
-//    objects whose thread has exited.
-//    As in larson, an operation is a free and a malloc and little else: each object carries one
-//    8-byte tag (its address and owner), checked before it is freed, so the allocator's time is
-//    most of the time measured;
-//  - xmalloc: `threads` producers allocate objects of 16-64 B in batches of 64 and pass the
-//    batches through one shared queue to `threads` consumers, which free them: every free is
-//    remote, under contention.
-// xmalloc's objects carry workload.h's tags (both ends), checked before each free.
+// Workloads 8-9, the standard allocator benchmarks' cross-thread programs, in the shapes of
+// mimalloc-bench's originals (bench/larson/larson.cpp built as C++, bench/xmalloc-test), with a
+// fixed amount of work instead of a fixed time so that runs compare (our code):
+//  - larson (after larson.cpp: `larson 5 8 1000 5000 100 4141 <threads>`): the main thread
+//    allocates `threads` x 5,000 blocks of 8-999 B (min + random % (max - min), as larson
+//    rounds) with new[], then each of `threads` threads replaces random blocks of its own 5,000
+//    `objects` times (larson: rounds x blocks = 100 x 5,000), each a delete[] of a block, a
+//    new[] of a random size and a write of its first 2 bytes (larson writes 'a', 'b'), and
+//    starts the next generation's thread on its blocks as it exits (larson's thread hand-off:
+//    the new thread frees blocks allocated by threads that have exited), `rounds` generations.
+//    No block is read before it is freed, as in larson: an allocator whose free reads the block
+//    pays for the cache miss (a copy that checked a tag there hid that cost from all of them).
+//    Overlaps are caught after the run: each block's first 8 bytes hold its address and owner.
+//  - xmalloc (after xmalloc-test: `xmalloc-test -w <threads> -t 5 -s 64`): `threads` producers
+//    each allocate batches of 4,096 objects of 64 B, write each object's first 64 bytes (it
+//    memsets min(size, 128)), and push the batch (itself malloc'ed) on one shared stack of at
+//    most 100 batches; `threads` consumers pop batches and free every object and the batch:
+//    every free is of another thread's object. Each producer makes `objects` / 4,096 batches.
+//    One object of each batch carries tags at both ends, checked before it is freed.
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,68 +30,91 @@
 namespace percpu::workload {
 namespace {
 
-constexpr int kLarsonLive = 5000;
+constexpr int kLarsonBlocks = 5000;  // larson's chunks per thread
+constexpr std::size_t kLarsonMin = 8, kLarsonMax = 1000;
 
 std::uint64_t light_tag(const void* p, std::uint64_t owner) {
   return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull ^ owner;
 }
 
-struct larson_state {
-  struct object {
-    void* p = nullptr;
-    std::size_t size = 0;
-    std::uint64_t owner = 0;
-  };
-  object live[kLarsonLive];
-};
-
-void larson_free(larson_state::object& o) {
-  std::uint64_t t;
-  std::memcpy(&t, o.p, 8);
-  if (t != light_tag(o.p, o.owner)) {
-    std::fprintf(stderr, "percpu-malloc-workload: larson: an object's tag changed (%p)\n", o.p);
-    std::_Exit(3);
-  }
-  std::free(o.p);
-  o.p = nullptr;
+[[noreturn]] void fail(const char* what, const void* p) {
+  std::fprintf(stderr, "percpu-malloc-workload: %s (%p)\n", what, p);
+  std::_Exit(3);
 }
 
-void larson_generation(larson_state& s, long ops, std::uint64_t id) {
-  rng r(id);
+struct larson_blocks {
+  char* block[kLarsonBlocks] = {};
+  std::uint64_t owner[kLarsonBlocks] = {};
+};
+
+char* larson_new(rng& r, std::uint64_t owner) {
+  const std::size_t size = kLarsonMin + r.next() % (kLarsonMax - kLarsonMin);
+  char* p = new char[size];
+  // larson writes 2 bytes; the tag's 8 bytes lie in the same cache line (new[] returns at
+  // least 8-aligned memory and every size is at least 8).
+  const std::uint64_t t = light_tag(p, owner);
+  std::memcpy(p, &t, 8);
+  return p;
+}
+
+void larson_generation(larson_blocks& s, long ops, std::uint64_t seed, long generations_left,
+                       std::vector<std::thread>& next, std::mutex& next_lock) {
+  rng r(seed);
   for (long i = 0; i < ops; ++i) {
-    auto& o = s.live[r.next() % kLarsonLive];
-    if (o.p != nullptr) larson_free(o);
-    o.size = r.range(8, 1000);
-    o.owner = id;
-    o.p = std::malloc(o.size);
-    if (o.p == nullptr) {
-      std::fprintf(stderr, "percpu-malloc-workload: larson: malloc returned NULL\n");
-      std::_Exit(3);
-    }
-    const std::uint64_t t = light_tag(o.p, id);
-    std::memcpy(o.p, &t, 8);
+    const auto v = static_cast<std::size_t>(r.next() % kLarsonBlocks);
+    delete[] s.block[v];
+    s.owner[v] = seed;
+    s.block[v] = larson_new(r, seed);
+  }
+  if (generations_left > 1) {
+    // The hand-off: this thread starts its successor on the same blocks, and exits.
+    std::lock_guard<std::mutex> lock(next_lock);
+    next.emplace_back(larson_generation, std::ref(s), ops, seed * 6364136223846793005ull + 1,
+                      generations_left - 1, std::ref(next), std::ref(next_lock));
   }
 }
 
 }  // namespace
 
 result run_larson(const params& p) {
-  std::vector<larson_state> states(static_cast<std::size_t>(p.threads));
+  std::vector<larson_blocks> states(static_cast<std::size_t>(p.threads));
+  rng warm(static_cast<std::uint64_t>(p.seed));
+  for (auto& s : states)  // larson's warmup: the main thread allocates every block
+    for (int i = 0; i < kLarsonBlocks; ++i) {
+      s.owner[i] = 0;
+      s.block[i] = larson_new(warm, 0);
+    }
+  std::mutex next_lock;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(p.threads * p.rounds));
   const double start = now_s();
-  for (long g = 0; g < p.rounds; ++g) {
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(p.threads));
+  {
+    std::lock_guard<std::mutex> lock(next_lock);
     for (int t = 0; t < p.threads; ++t)
       threads.emplace_back(
           larson_generation, std::ref(states[static_cast<std::size_t>(t)]), p.objects,
-          static_cast<std::uint64_t>(p.seed) * 1000003 + static_cast<std::uint64_t>(g) * 4099 +
-              static_cast<std::uint64_t>(t));
-    for (auto& t : threads) t.join();
+          static_cast<std::uint64_t>(p.seed) * 1000003 + static_cast<std::uint64_t>(t) + 1,
+          p.rounds, std::ref(threads), std::ref(next_lock));
+  }
+  // Joins every generation: a thread adds its successor before it exits, so the vector only
+  // grows while threads before its end are still to be joined.
+  for (std::size_t i = 0;; ++i) {
+    std::thread t;
+    {
+      std::lock_guard<std::mutex> lock(next_lock);
+      if (i == threads.size()) break;
+      t = std::move(threads[i]);
+    }
+    t.join();
   }
   const double seconds = now_s() - start;
   for (auto& s : states)
-    for (auto& o : s.live)
-      if (o.p != nullptr) larson_free(o);
+    for (int i = 0; i < kLarsonBlocks; ++i) {
+      std::uint64_t t;
+      std::memcpy(&t, s.block[i], 8);
+      if (t != light_tag(s.block[i], s.owner[i])) fail("larson: a block's tag changed", s.block[i]);
+      delete[] s.block[i];
+    }
   result res;
   res.seconds = seconds;
   res.unit = "ops/s";
@@ -97,73 +125,81 @@ result run_larson(const params& p) {
 
 namespace {
 
-constexpr int kBatch = 64;
+constexpr int kBatchObjects = 4096;  // xmalloc-test's OBJECTS_PER_BATCH
+constexpr std::size_t kObjectSize = 64;
+constexpr std::size_t kStackLimit = 100;  // its batch_count_limit
 
 struct batch {
-  void* p[kBatch];
-  std::size_t size[kBatch];
+  batch* next;
   std::uint64_t owner;
+  void* objects[kBatchObjects];
 };
 
-struct shared_queue {
+struct shared_stack {
   std::mutex m;
   std::condition_variable ready, room;
-  std::deque<batch*> q;
-  std::size_t limit = 0;
+  batch* top = nullptr;
+  std::size_t count = 0;
   int producers_left = 0;
 };
 
-void xmalloc_produce(shared_queue& s, long batches, std::uint64_t id) {
-  rng r(id);
+void xmalloc_produce(shared_stack& s, long batches, std::uint64_t id) {
   for (long i = 0; i < batches; ++i) {
-    auto* b = new batch;
+    auto* b = static_cast<batch*>(std::malloc(sizeof(batch)));
+    if (b == nullptr) fail("xmalloc: malloc returned NULL", nullptr);
     b->owner = id;
-    for (int k = 0; k < kBatch; ++k) {
-      b->size[k] = r.range(16, 64);
-      b->p[k] = tagged_alloc(b->size[k], id);
+    for (int k = 0; k < kBatchObjects; ++k) {
+      void* p = std::malloc(kObjectSize);
+      if (p == nullptr) fail("xmalloc: malloc returned NULL", nullptr);
+      std::memset(p, k & 0xFF, kObjectSize);
+      b->objects[k] = p;
     }
+    write_tags(b->objects[0], kObjectSize, id);
     std::unique_lock<std::mutex> lock(s.m);
-    s.room.wait(lock, [&] { return s.q.size() < s.limit; });
-    s.q.push_back(b);
+    s.room.wait(lock, [&] { return s.count < kStackLimit; });
+    b->next = s.top;
+    s.top = b;
+    ++s.count;
     s.ready.notify_one();
   }
   std::lock_guard<std::mutex> lock(s.m);
   if (--s.producers_left == 0) s.ready.notify_all();
 }
 
-long xmalloc_consume(shared_queue& s) {
+long xmalloc_consume(shared_stack& s) {
   long freed = 0;
   for (;;) {
     batch* b;
     {
       std::unique_lock<std::mutex> lock(s.m);
-      s.ready.wait(lock, [&] { return !s.q.empty() || s.producers_left == 0; });
-      if (s.q.empty()) return freed;
-      b = s.q.front();
-      s.q.pop_front();
+      s.ready.wait(lock, [&] { return s.top != nullptr || s.producers_left == 0; });
+      if (s.top == nullptr) return freed;
+      b = s.top;
+      s.top = b->next;
+      --s.count;
       s.room.notify_one();
     }
-    for (int k = 0; k < kBatch; ++k) tagged_free(b->p[k], b->size[k], b->owner);
-    freed += kBatch;
-    delete b;
+    check_tags(b->objects[0], kObjectSize, b->owner);
+    for (void* p : b->objects) std::free(p);
+    std::free(b);
+    freed += kBatchObjects;
   }
 }
 
 }  // namespace
 
 result run_xmalloc(const params& p) {
-  shared_queue s;
-  s.limit = static_cast<std::size_t>(4 * p.threads);
+  shared_stack s;
   s.producers_left = p.threads;
-  const long batches = p.objects / kBatch;
+  const long batches = std::max(1L, p.objects / kBatchObjects);
   std::vector<std::thread> threads;
   std::vector<long> freed(static_cast<std::size_t>(p.threads), 0);
   const double start = now_s();
   for (int t = 0; t < p.threads; ++t) {
+    threads.emplace_back(
+        [&freed, &s, t] { freed[static_cast<std::size_t>(t)] = xmalloc_consume(s); });
     threads.emplace_back(xmalloc_produce, std::ref(s), batches,
                          static_cast<std::uint64_t>(p.seed) * 7907 + static_cast<std::uint64_t>(t));
-    threads.emplace_back(
-        [&s, &freed, t] { freed[static_cast<std::size_t>(t)] = xmalloc_consume(s); });
   }
   for (auto& t : threads) t.join();
   long total = 0;

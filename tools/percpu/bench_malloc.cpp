@@ -77,19 +77,22 @@ struct workload {
   std::string label = name;       ///< the row set in the tables (a workload at a thread count)
 };
 
-// larson and xmalloc at 2, 64 and 400 threads, each about the same work in all: larson runs 2
-// generations of threads (larson's own 500,000 operations per thread where that stays within
-// the work), xmalloc passes the same number of objects.
+// larson and xmalloc (in the shapes of mimalloc-bench's originals) at 2, 64 and 400 threads,
+// each about the same work in all: larson's generations replace larson's 500,000 blocks per
+// thread (fewer at 400 threads, so that two generations stay within the work), xmalloc's
+// producers pass 4,096-object batches.
 void add_cross_thread(std::vector<workload>& out, bool quick) {
   const long work = quick ? 10000000 : 40000000;
   for (long threads : {2L, 64L, 400L}) {
     const std::string t = std::to_string(threads);
     const long ops = std::min(500000L, work / (2 * threads));
+    const long generations = std::max(2L, work / (threads * ops));
     out.push_back({"larson",
-                   {"--threads", t, "--rounds", "2", "--objects", std::to_string(ops)},
+                   {"--threads", t, "--rounds", std::to_string(generations), "--objects",
+                    std::to_string(ops)},
                    "larson-" + t});
     out.push_back({"xmalloc",
-                   {"--threads", t, "--objects", std::to_string(work / 4 / threads)},
+                   {"--threads", t, "--objects", std::to_string(std::max(4096L, work / threads))},
                    "xmalloc-" + t});
   }
 }
@@ -105,10 +108,16 @@ std::vector<workload> workloads(bool quick) {
       {"service", "--requests", 40000, 8000},  {"producer-consumer", "--objects", 2000000, 400000},
       {"latency", "--batches", 300, 60},       {"churn", "--threads", 4000, 800},
       {"large-churn", "--rounds", 5000, 1000}, {"large-realloc", "--rounds", 10, 3},
-      {"large-live", "--rounds", 5, 2}};
+      {"large-live", "--rounds", 5, 2},        {"mix", "--rounds", 400000, 100000},
+      {"idle", "--megabytes", 800, 400}};
   std::vector<workload> out;
   for (const sized& w : kSized)  // (the service runs its default 400 threads)
     out.push_back({w.name, {w.option, std::to_string(quick ? w.quick : w.thorough)}});
+  for (workload& w : out) {  // the workloads whose threads are not the service's 400
+    if (w.name == "idle")
+      w.args.insert(w.args.end(), {"--threads", "4", "--idle-ms", quick ? "1000" : "3000"});
+    if (w.name == "mix") w.args.insert(w.args.end(), {"--threads", "2"});
+  }
   add_cross_thread(out, quick);
   return out;
 }
@@ -288,18 +297,26 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
   print_workload_table("large-live", allocators, m, "blocks/s", false);
   for (const char* t : {"2", "64", "400"}) {
     fmt::print(
-        "\n8. larson-style, {} threads: each replaces random objects (8-1,000 B), then hands "
-        "them to a new thread\n",
+        "\n8. larson (after mimalloc-bench's larson), {} threads: each replaces random blocks "
+        "of 8-999 B (new[]/delete[]), then hands them to the next generation's thread\n",
         t);
     print_workload_table(std::string("larson-") + t, allocators, m, "ops/s", false);
   }
   for (const char* t : {"2", "64", "400"}) {
     fmt::print(
-        "\n9. xmalloc-style, {} producers and {} consumers: batches of 16-64 B objects through "
-        "one queue, freed by the consumers\n",
+        "\n9. xmalloc (after xmalloc-test -s 64), {} producers and {} consumers: batches of "
+        "4,096 objects of 64 B through one stack, freed by the consumers\n",
         t, t);
     print_workload_table(std::string("xmalloc-") + t, allocators, m, "frees/s", false);
   }
+  fmt::print(
+      "\n10. Idle after a burst: 4 threads allocate 16-512 B objects, free them in random "
+      "order, then idle without a call, 3 s (1 s in the quick form; end MiB: what stays)\n");
+  print_workload_table("idle", allocators, m, "MiB/s", false);
+  fmt::print(
+      "\n11. Random mix, 2 threads: 1,000 live blocks each of 1 B-2 MiB (log-uniform), 10% "
+      "realloc, 5% posix_memalign, each block written\n");
+  print_workload_table("mix", allocators, m, "ops/s", false);
 
   fmt::print(
       "\n3. Single-thread malloc+free pair, ns (median of batches of 1000 pairs; p99 of "

@@ -102,7 +102,7 @@ int run(int argc, char** argv) {
   auto* malloc_suite = bench->add_subcommand(
       "malloc",
       "Allocation workloads (service, producer/consumer, pair latency, thread churn, large blocks, "
-      "larson- and xmalloc-style) under "
+      "larson and xmalloc in their originals' shapes, idle after a burst, a random mix) under "
       "glibc, jemalloc (default and percpu arenas), tcmalloc, mimalloc and percpu malloc: "
       "throughput, latency, peak RSS (--allocators to choose)");
   std::vector<std::string> malloc_only;

@@ -9,8 +9,13 @@
 //
 // Returning free memory (decay): a free span stays backed, ready for the next allocation
 // without a page fault, until it has been free for kDecayNs (release_older_than(), run by the
-// maintenance passes) or until backed free memory passes free_bound(): the larger of
-// kFreeBoundFloor and a quarter of the memory in use. A free that passes the bound releases
+// maintenance passes) or until backed free memory passes free_bound(): the largest of
+// kFreeBoundFloor, a quarter of the memory in use, and the bytes of recycled spans (freed in the
+// last 200 ms) taken in the last 100-200 ms: a program that frees spans and takes them again at
+// that rate would fault released ones in again; one that stops taking them loses that share,
+// but a program that stops calling the allocator in the middle of such churn keeps it until its
+// next call. A free that passes
+// the bound releases
 // down to half of it at once, largest spans first, so a program that frees most of its memory
 // and then stops calling the allocator holds at most the bound, with no thread of ours.
 //
@@ -49,7 +54,7 @@ struct span {
   std::uint32_t allocated = 0;   ///< objects out of the span (in caches or with users)
   std::uint32_t carved = 0;      ///< objects carved so far (the rest never handed out)
 
-  std::int64_t freed_ns = 0;        ///< free backed spans: when freed (CLOCK_MONOTONIC_COARSE)
+  std::int64_t freed_ns = 0;        ///< when last freed (CLOCK_MONOTONIC_COARSE); 0: never in use
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for
   std::size_t offset = 0;           ///< large spans: user pointer = start() + offset (alignment)
 
@@ -123,7 +128,8 @@ class page_heap_t {
   /// time): the decay of the maintenance passes. Returns the bytes released.
   std::size_t release_older_than(std::int64_t cutoff_ns);
 
-  /// The most backed free memory kept after a free: max(kFreeBoundFloor, (in use + large) / 4).
+  /// The most backed free memory kept after a free: max(kFreeBoundFloor, (in use + large) / 4,
+  /// bytes of recycled spans taken in the current or the previous 100 ms window).
   std::size_t free_bound();
 
   page_heap_stats stats();
