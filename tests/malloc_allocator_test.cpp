@@ -283,8 +283,8 @@ TEST(MallocAllocator, AProgramThatFreesItsDataAndStopsHoldsLittle) {
   // batches and a few transfer batches, each object pinning at most one span.
   const std::size_t held = after.in_use > before.in_use ? after.in_use - before.in_use : 0;
   EXPECT_LE(held + after.free, std::size_t{24} << 20)
-      << "in spans: " << (held >> 10) << " KiB more than before, free and backed: "
-      << (after.free >> 10) << " KiB";
+      << "in spans: " << (held >> 10)
+      << " KiB more than before, free and backed: " << (after.free >> 10) << " KiB";
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <percpu/malloc/page_heap.h>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -125,6 +127,9 @@ TEST(MallocPageHeap, LargeSpansGrowInPlaceIntoTheFreeSpanAfterThemAndShrinkInPla
 
 TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
   page_heap_t& heap = page_heap();
+  // No free memory backed before the test, so that its 2 MiB stay within the heap's bound
+  // (kFreeBoundFloor) when freed: a free past the bound releases at once.
+  heap.release(0);
   // A span between two in-use neighbours stays backed when freed (a span merging with a
   // released neighbour is released at once).
   span* left = heap.allocate_span(5);
@@ -147,6 +152,26 @@ TEST(MallocPageHeap, ReleaseReturnsFreeMemory) {
   heap.free_span(again);
   heap.free_span(left);
   heap.free_span(right);
+}
+
+// Backed free memory stays within free_bound() at every free of a small span; a freed large
+// block (perhaps resident only where its program wrote) waits for such a free or the decay.
+TEST(MallocPageHeap, FreesOfSmallSpansKeepBackedFreeMemoryWithinTheBound) {
+  page_heap_t& heap = page_heap();
+  heap.release(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // no recent churn (page_heap.h)
+  const std::size_t big = 4 * kFreeBoundFloor;
+  bool zeroed = false;
+  span* large = heap.allocate_large(big, kPageSize, zeroed);
+  span* small = heap.allocate_span(4);
+  ASSERT_TRUE(large && small);
+  ASSERT_LT(heap.stats().in_use + heap.stats().large, 4 * kFreeBoundFloor + (std::size_t{64} << 20))
+      << "this process holds too much memory for the bound to be its floor";
+  ASSERT_TRUE(heap.free_large(large->start() + large->offset));
+  EXPECT_GE(heap.stats().free, big) << "a large block's free releases nothing";
+  heap.free_span(small);
+  EXPECT_LE(heap.stats().free, heap.free_bound()) << "a small span's free keeps the bound";
+  EXPECT_GE(heap.stats().released_by_bound, big / 2);
 }
 
 TEST(MallocPageHeap, AFreedSpanStaysResidentBesideReleasedOnesUntilItIsReleasedToo) {

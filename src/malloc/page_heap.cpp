@@ -348,17 +348,23 @@ void page_heap_t::free_span(span* s) {
   if (had_class)
     for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, s);
   free_locked(s);
+  // The bound is kept at frees of small spans, whose every page is resident (their objects were
+  // tagged when the span was carved). A freed large block may be resident only where its
+  // program wrote (a block of 300 KiB whose first byte alone was written holds one page):
+  // releasing it at once would save little memory and cost its program a page fault when it
+  // allocates the block again (10,000 such blocks freed and allocated in rounds ran at half
+  // the rate). Large blocks' spans wait for the next small span's free, or the passes' decay.
+  enforce_free_bound_locked();
 }
 
 // Puts `s` (its pages no longer used) on the free lists, backed, coalesced with its backed free
-// neighbours; then keeps backed free memory within the bound.
+// neighbours.
 void page_heap_t::free_locked(span* s) {
   s->kind = span::state::free;
   s->released = false;
   s->requested_bytes = s->offset = 0;
   s->freed_ns = coarse_now_ns();
   insert_free(merge_neighbours(s));
-  enforce_free_bound_locked();
 }
 
 // Past the bound, releases down to half of it, largest spans first (one walk of the lists;

@@ -14,10 +14,10 @@
 // last 200 ms) taken in the last 100-200 ms: a program that frees spans and takes them again at
 // that rate would fault released ones in again; one that stops taking them loses that share,
 // but a program that stops calling the allocator in the middle of such churn keeps it until its
-// next call. A free that passes
-// the bound releases
-// down to half of it at once, largest spans first, so a program that frees most of its memory
-// and then stops calling the allocator holds at most the bound, with no thread of ours.
+// next call. A free of a small span that passes the bound releases down to half of it at once,
+// largest spans first, so a program that frees most of its memory and then stops calling the
+// allocator holds at most the bound, with no thread of ours (large blocks, resident perhaps
+// only where written, wait for that or for the decay).
 //
 // Thread safety: allocate_span(), free_span(), allocate_large(), free_large(), resize_large(),
 // release() and stats() take the heap's lock; span_of() is lock-free (the pagemap only gains
