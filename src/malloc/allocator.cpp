@@ -187,7 +187,7 @@ __attribute__((noinline)) void slow::give_back(std::size_t cls, void* p,
       for (int k = a == overflow_action::lowered ? 2 : 1; k > 0; --k) {
         void* batch[kMaxBatch];
         const std::size_t n = cache_pop_many(cls, batch, kClasses[cls].batch);
-        central_insert(cls, batch, n);
+        if (n != 0) central_insert(cls, batch, n);
       }
       if (cache_push(cls, p)) return;
     }

@@ -83,7 +83,31 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
   return p;
 }
 
-void give_back(class_state& c, void* p, const size_class_info& info) {
+// Spans emptied under a class's lock, freed to the page heap once it is released: the page
+// heap's work (coalescing, and the release of memory beyond its bound, which may take
+// milliseconds) holds no class's lock.
+class emptied_spans {
+ public:
+  emptied_spans() = default;
+  emptied_spans(const emptied_spans&) = delete;
+  emptied_spans& operator=(const emptied_spans&) = delete;
+  ~emptied_spans() {
+    for (std::size_t i = 0; i < n_; ++i) page_heap().free_span(spans_[i]);
+  }
+  /// Keeps `s` for the destructor; false (keeping nothing) when full.
+  bool add(span* s) {
+    if (n_ == kMax) return false;
+    spans_[n_++] = s;
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t kMax = 2 * kMaxBatch;  // a call returns at most two batches
+  span* spans_[kMax];
+  std::size_t n_ = 0;
+};
+
+void give_back(class_state& c, void* p, const size_class_info& info, emptied_spans& emptied) {
   span* s = page_heap().span_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
   *static_cast<void**>(p) = s->free_objects;
@@ -95,7 +119,7 @@ void give_back(class_state& c, void* p, const size_class_info& info) {
     unlink(c.nonempty, s);
     --c.spans;
     c.free_in_spans -= info.objects_per_span();
-    page_heap().free_span(s);
+    if (!emptied.add(s)) page_heap().free_span(s);
   }
 }
 
@@ -123,6 +147,7 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept 
 void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept {
   class_state& c = g_classes[cls];
   const size_class_info& info = kClasses[cls];
+  emptied_spans emptied;  // freed after the lock below is released
   locked l(c);
   // Kept as a batch while someone takes batches out (producer and consumer threads, or phases
   // of one thread). A class that is only freed (a program emptying its data) sends its objects
@@ -137,21 +162,23 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
     }
     if (c.credit == 0) {
       --c.batches;
-      for (std::size_t i = 0; i < n; ++i) give_back(c, c.transfer[c.batches][i], info);
+      for (std::size_t i = 0; i < n; ++i) give_back(c, c.transfer[c.batches][i], info, emptied);
     }
   }
-  for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info);
+  for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info, emptied);
 }
 
 std::size_t central_release_transfer(std::size_t cls) noexcept {
   class_state& c = g_classes[cls];
   const size_class_info& info = kClasses[cls];
+  emptied_spans emptied;  // freed after the lock below is released (the rest under it)
   locked l(c);
   const std::size_t keep = c.batches / 2;
   std::size_t moved = 0;
   while (c.batches > keep) {
     --c.batches;
-    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, c.transfer[c.batches][i], info);
+    for (std::size_t i = 0; i < info.batch; ++i)
+      give_back(c, c.transfer[c.batches][i], info, emptied);
     moved += info.batch;
   }
   return moved;

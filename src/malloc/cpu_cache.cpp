@@ -187,14 +187,17 @@ bool cache_note_miss(std::size_t cls) noexcept {
 overflow_action cache_note_overflow(std::size_t cls) noexcept {
   const int index = cache_index_now();
   if (index < 0) return overflow_action::none;
+  const std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
+  const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
+  // Below one batch (0 on an index that never allocated the class: a thread that only frees
+  // what others allocate): one batch, so that frees flush a batch at a time.
+  if (cap < batch) return grow_capacity(index, cls) ? overflow_action::grew : overflow_action::none;
   std::intptr_t* h = header_of(index);
   const std::intptr_t misses = __atomic_load_n(&h[cache_layout::kMissWord + cls], __ATOMIC_RELAXED);
   const std::intptr_t seen =
       __atomic_exchange_n(&h[cache_layout::kOverflowMissWord + cls], misses, __ATOMIC_RELAXED);
   if (misses != seen)
     return grow_capacity(index, cls) ? overflow_action::grew : overflow_action::none;
-  const std::intptr_t cap = __atomic_load_n(cap_of(index, cls), __ATOMIC_RELAXED);
-  const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
   if (cap <= batch || !lower_capacity(index, cls, cap, cap - batch)) return overflow_action::none;
   return overflow_action::lowered;
 }

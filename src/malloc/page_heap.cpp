@@ -109,6 +109,14 @@ std::size_t free_bound_locked() {
   return bound;
 }
 
+// The free time of two free spans joined: the older one's. With the newer one (or any weighting
+// toward it), a large free span that a program keeps carving a block from and freeing again
+// looks freed just now at every free and never decays; with the older one, memory freed just
+// now beside memory freed earlier goes back with it, at most kDecayNs after the earlier free.
+std::int64_t joined_age(const span* a, const span* b) {
+  return a->freed_ns < b->freed_ns ? a->freed_ns : b->freed_ns;
+}
+
 unsigned log2_bucket(std::size_t bytes) {
   unsigned b = 4;  // 16 bytes
   while ((std::size_t{1} << b) < bytes) ++b;
@@ -323,13 +331,13 @@ span* page_heap_t::allocate_span(std::size_t pages, std::size_t cls) {
 span* page_heap_t::join(span* lo, span* hi) {
   if (lo->pages >= hi->pages) {
     for (std::size_t i = 0; i < hi->pages; ++i) set_pagemap(hi->first_page + i, lo);
-    if (hi->freed_ns > lo->freed_ns) lo->freed_ns = hi->freed_ns;  // the newer age: kept longer
+    lo->freed_ns = joined_age(lo, hi);
     lo->pages += hi->pages;
     delete_span(hi);
     return lo;
   }
   for (std::size_t i = 0; i < lo->pages; ++i) set_pagemap(lo->first_page + i, hi);
-  if (lo->freed_ns > hi->freed_ns) hi->freed_ns = lo->freed_ns;
+  hi->freed_ns = joined_age(lo, hi);
   hi->first_page = lo->first_page;
   hi->pages += lo->pages;
   delete_span(lo);
