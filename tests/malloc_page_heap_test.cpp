@@ -174,6 +174,34 @@ TEST(MallocPageHeap, FreesOfSmallSpansKeepBackedFreeMemoryWithinTheBound) {
   EXPECT_GE(heap.stats().released_by_bound, big / 2);
 }
 
+// The passes' decay: release_older_than() returns the free spans freed before its cutoff and
+// keeps the others backed; two free spans joined keep the older free time (so a span a program
+// keeps carving from and freeing again still ages).
+TEST(MallocPageHeap, DecayReleasesSpansByTheTimeTheyWereFreed) {
+  page_heap_t& heap = page_heap();
+  heap.release(0);
+  span* first = heap.allocate_span(16);
+  span* second = heap.allocate_span(16);
+  span* guard = heap.allocate_span(1);  // keeps the pair from joining what lies after it
+  ASSERT_TRUE(first && second && guard);
+  if (first->start() + first->bytes() != second->start())
+    GTEST_SKIP() << "the heap did not carve the two spans next to each other";
+  char* const start = first->start();
+  std::memset(start, 1, 32 * kPageSize);
+  heap.free_span(first);
+  const std::int64_t first_freed = heap.span_of(start)->freed_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the coarse clock's tick
+  heap.free_span(second);
+  span* joined = heap.span_of(start);
+  ASSERT_EQ(joined->pages, 32u) << "the two free spans joined";
+  EXPECT_EQ(joined->freed_ns, first_freed) << "the older free time";
+  EXPECT_EQ(heap.release_older_than(first_freed), 0u) << "nothing freed before the cutoff";
+  EXPECT_FALSE(heap.span_of(start)->released);
+  EXPECT_GE(heap.release_older_than(first_freed + 1), 32 * kPageSize);
+  EXPECT_TRUE(heap.span_of(start)->released);
+  heap.free_span(guard);
+}
+
 TEST(MallocPageHeap, AFreedSpanStaysResidentBesideReleasedOnesUntilItIsReleasedToo) {
   // Merging a freed (resident) span into a released neighbour would return its memory to the
   // kernel, and its next user would fault on every page: the two stay apart until the decay

@@ -104,9 +104,11 @@ void print_stats(int fd) noexcept {
   collect_stats(s);
   put(fd,
       "percpu malloc: rss %zu KiB; page heap: %zu KiB mapped, %zu KiB in spans, %zu KiB free, "
-      "%zu KiB released, %zu KiB large, %zu KiB metadata\n",
+      "%zu KiB released, %zu KiB large, %zu KiB metadata; %zu KiB returned at frees past its "
+      "bound since start\n",
       s.rss_bytes >> 10, s.heap.mapped >> 10, s.heap.in_use >> 10, s.heap.free >> 10,
-      s.heap.released >> 10, s.heap.large >> 10, s.heap.metadata >> 10);
+      s.heap.released >> 10, s.heap.large >> 10, s.heap.metadata >> 10,
+      s.heap.released_by_bound >> 10);
   put(fd,
       "per-CPU caches: %zu indices, budget %zu KiB each, %zu KiB committed; maintenance: %zu "
       "idle drains, %zu objects trimmed; %zu frees in signal handlers leaked\n",

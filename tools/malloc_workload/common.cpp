@@ -11,18 +11,18 @@
 namespace percpu::workload {
 namespace {
 
-// Takes the address as a number: given a pointer, GCC assumes the fresh (uninitialized) object
-// is read and warns (-Wmaybe-uninitialized) in debug builds.
-std::uint64_t tag_of(std::uintptr_t address, std::uint64_t owner) {
-  return address * 0x9E3779B97F4A7C15ull ^ owner;
-}
-
 [[noreturn]] void die(const char* what, const void* p, std::size_t size) {
   std::fprintf(stderr, "percpu-malloc-workload: %s (object %p, %zu bytes)\n", what, p, size);
   std::_Exit(3);
 }
 
 }  // namespace
+
+std::uint64_t tag_of(const void* p, std::uint64_t owner) {
+  // The address as a number: given the pointer, GCC assumes the fresh (uninitialized) object
+  // is read and warns (-Wmaybe-uninitialized) in debug builds.
+  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull ^ owner;
+}
 
 std::size_t mixed_size(rng& r) {
   const std::uint64_t pick = r.next() % 100;
@@ -33,13 +33,13 @@ std::size_t mixed_size(rng& r) {
 }
 
 void write_tags(void* p, std::size_t size, std::uint64_t owner) {
-  const std::uint64_t t = tag_of(reinterpret_cast<std::uintptr_t>(p), owner);
+  const std::uint64_t t = tag_of(p, owner);
   std::memcpy(p, &t, 8);
   std::memcpy(static_cast<char*>(p) + size - 8, &t, 8);
 }
 
 void check_tags(const void* p, std::size_t size, std::uint64_t owner) {
-  const std::uint64_t t = tag_of(reinterpret_cast<std::uintptr_t>(p), owner);
+  const std::uint64_t t = tag_of(p, owner);
   std::uint64_t head, tail;
   std::memcpy(&head, p, 8);
   std::memcpy(&tail, static_cast<const char*>(p) + size - 8, 8);

@@ -17,6 +17,7 @@
 //    most 100 batches; `threads` consumers pop batches and free every object and the batch:
 //    every free is of another thread's object. Each producer makes `objects` / 4,096 batches.
 //    One object of each batch carries tags at both ends, checked before it is freed.
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -33,10 +34,6 @@ namespace {
 constexpr int kLarsonBlocks = 5000;  // larson's chunks per thread
 constexpr std::size_t kLarsonMin = 8, kLarsonMax = 1000;
 
-std::uint64_t light_tag(const void* p, std::uint64_t owner) {
-  return reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull ^ owner;
-}
-
 [[noreturn]] void fail(const char* what, const void* p) {
   std::fprintf(stderr, "percpu-malloc-workload: %s (%p)\n", what, p);
   std::_Exit(3);
@@ -52,7 +49,7 @@ char* larson_new(rng& r, std::uint64_t owner) {
   char* p = new char[size];
   // larson writes 2 bytes; the tag's 8 bytes lie in the same cache line (new[] returns at
   // least 8-aligned memory and every size is at least 8).
-  const std::uint64_t t = light_tag(p, owner);
+  const std::uint64_t t = tag_of(p, owner);
   std::memcpy(p, &t, 8);
   return p;
 }
@@ -112,7 +109,7 @@ result run_larson(const params& p) {
     for (int i = 0; i < kLarsonBlocks; ++i) {
       std::uint64_t t;
       std::memcpy(&t, s.block[i], 8);
-      if (t != light_tag(s.block[i], s.owner[i])) fail("larson: a block's tag changed", s.block[i]);
+      if (t != tag_of(s.block[i], s.owner[i])) fail("larson: a block's tag changed", s.block[i]);
       delete[] s.block[i];
     }
   result res;

@@ -70,6 +70,9 @@ struct rng {
 /// A request-mix object size: 60% 16-128 B, 30% 129-1024 B, 9% 1-8 KiB, 1% 8-64 KiB.
 std::size_t mixed_size(rng& r);
 
+/// The tag of object `p` held by `owner`: its address mixed with the owner (two live objects
+/// that overlap overwrite each other's).
+std::uint64_t tag_of(const void* p, std::uint64_t owner);
 /// Writes the tags at both ends of `p`'s `size` (at least 16) bytes.
 void write_tags(void* p, std::size_t size, std::uint64_t owner);
 /// Checks the tags write_tags() wrote (exits with a message naming the corruption).

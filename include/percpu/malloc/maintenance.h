@@ -2,8 +2,8 @@
 // mark: caches of indices that went idle are drained back (remote drain, cpu_cache.h), classes
 // without misses on the others give capacity back (cache_shrink_unused), and free
 // page-heap memory not reused for kDecayNs is returned to the kernel (madvise; the page heap
-// itself keeps backed free memory within its bound at every free, page_heap.h). There is no
-// background thread by default: the allocator's slow paths (refills and flushes) call
+// itself keeps backed free memory within its bound at every free of a small span, page_heap.h).
+// There is no background thread by default: the allocator's slow paths (refills and flushes) call
 // maybe_maintain(), and one of them does a pass at most every kMaintenanceInterval; transfer
 // caches lose half their batches to their spans at each pass. A process that stops allocating
 // keeps what its caches hold, and free memory within the page heap's bound, until its next slow

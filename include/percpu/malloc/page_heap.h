@@ -64,8 +64,8 @@ struct span {
 
 /// Backed free memory is released once it has been free this long (ns).
 inline constexpr std::int64_t kDecayNs = 1'000'000'000;
-/// Backed free memory is released at once beyond the larger of this and a quarter of the memory
-/// in small and large spans (free_bound()).
+/// The least of free_bound(): backed free memory a free of a small span keeps however little
+/// is in use (bytes).
 inline constexpr std::size_t kFreeBoundFloor = std::size_t{8} << 20;
 
 /// Counters of the page heap, in bytes.
@@ -77,7 +77,7 @@ struct page_heap_stats {
   std::size_t large = 0;              ///< in large spans (allocations above the size classes)
   std::size_t unmapped = 0;           ///< free spans unmapped since start because a mapping failed
   std::size_t metadata = 0;           ///< mapped for the heap's own bookkeeping
-  std::size_t released_by_bound = 0;  ///< returned at frees that passed free_bound(), since start
+  std::size_t released_by_bound = 0;  ///< returned at frees past free_bound() since start
 };
 
 /// The process's page heap (one instance; see page_heap()).
