@@ -1,7 +1,9 @@
 // The membership table of checked builds: an open-addressing hash set of item addresses in
 // mmap-backed memory, so that it works inside signal handlers (no malloc, no mutex).
 #include "percpu/checked.h"
-#include "percpu/config.h"
+#include "fork_order.h"
+#include "percpu/internal/config.h"
+#include "signals_blocked.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -29,18 +31,12 @@ std::atomic<bool> g_locked{false};
 class table_lock {
  public:
   table_lock() {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved_);
     while (g_locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
   }
-  ~table_lock() {
-    g_locked.store(false, std::memory_order_release);
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  }
+  ~table_lock() { g_locked.store(false, std::memory_order_release); }
 
  private:
-  sigset_t saved_;
+  signals_blocked no_signals_;  // first: blocked before the table is taken, until after it is freed
 };
 
 // fork(): the child must not inherit the table locked by a thread that does not exist there.
@@ -51,7 +47,7 @@ void unlock_after_fork() {
   g_locked.store(false, std::memory_order_release);
 }
 __attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+  set_fork_handlers(fork_stage::checked, lock_for_fork, unlock_after_fork, unlock_after_fork);
 }
 
 std::size_t hash(std::uintptr_t key) {

@@ -1,6 +1,6 @@
-// Fallback mode's per-CPU operations (see include/percpu/fallback.h for the rules).
-#include "percpu/fallback.h"
-#include "percpu/config.h"
+// Fallback mode's per-CPU operations (see percpu/internal/fallback.h for the rules).
+#include "percpu/internal/fallback.h"
+#include "percpu/internal/config.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -8,7 +8,10 @@
 #include <atomic>
 #include <cstring>
 
+#include "fallback_mode.h"
+#include "fork_order.h"
 #include "percpu/runtime.h"
+#include "signals_blocked.h"
 
 namespace percpu::detail {
 namespace {
@@ -30,23 +33,18 @@ stripe& stripe_of(const void* v) {
 class stripe_guard {
  public:
   explicit stripe_guard(const void* v) : stripe_(stripe_of(v)) {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved_);
     while (stripe_.locked.exchange(true, std::memory_order_acquire)) {
       while (stripe_.locked.load(std::memory_order_relaxed)) PERCPU_CPU_RELAX();
     }
   }
-  ~stripe_guard() {
-    stripe_.locked.store(false, std::memory_order_release);
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
-  }
+  ~stripe_guard() { stripe_.locked.store(false, std::memory_order_release); }
   stripe_guard(const stripe_guard&) = delete;
   stripe_guard& operator=(const stripe_guard&) = delete;
 
  private:
+  signals_blocked
+      no_signals_;  // first: blocked before the stripe is taken, until after it is freed
   stripe& stripe_;
-  sigset_t saved_;
 };
 
 std::intptr_t load(const std::intptr_t* v) {

@@ -1,24 +1,30 @@
-// percpu's last fork stage: the allocator's fork handlers, then fallback mode's stripes, with
-// signals blocked on the forking thread (see fork_order.h).
-#include "percpu/fork_order.h"
+// percpu's fork() handlers: the library's stages, the allocators' handlers, then fallback mode's
+// stripes, with signals blocked on the forking thread (see fork_order.h).
+#include "fork_order.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <atomic>
 
-#include "percpu/fallback.h"
+#include "signals_blocked.h"
 
 namespace percpu::detail {
 namespace {
 
-struct allocator_handlers {
+struct handlers {
   void (*prepare)();
   void (*parent)();
   void (*child)();
   std::atomic<bool> ready;  // set once the three pointers above are written
 };
-allocator_handlers g_allocators[kMaxForkAllocators];
+
+constexpr int kStages = static_cast<int>(fork_stage::checked) + 1;
+handlers g_stages[kStages];
+std::atomic<bool> g_stage_claimed[kStages];
+
+handlers g_allocators[kMaxForkAllocators];
 std::atomic<int> g_claimed{0};
 
 int installed() {
@@ -26,25 +32,33 @@ int installed() {
   return n < kMaxForkAllocators ? n : kMaxForkAllocators;
 }
 
-// The forking thread's signal mask before the stage (restored in parent and child).
+void run(void (*handler)()) {
+  if (handler != nullptr) handler();
+}
+
+// The forking thread's signal mask before the prepare handler (restored in parent and child).
 __attribute__((tls_model("initial-exec"))) thread_local sigset_t t_saved_mask;
 
 void prepare() {
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &t_saved_mask);
+  block_all_signals(t_saved_mask);
+  for (handlers& s : g_stages)
+    if (s.ready.load(std::memory_order_acquire)) run(s.prepare);
   for (int i = installed() - 1; i >= 0; --i)
-    if (g_allocators[i].ready.load(std::memory_order_acquire)) g_allocators[i].prepare();
+    if (g_allocators[i].ready.load(std::memory_order_acquire)) run(g_allocators[i].prepare);
   fallback_locks_before_fork();
 }
 
 void after(bool child) {
   fallback_locks_after_fork();
   for (int i = 0, n = installed(); i < n; ++i) {
-    const allocator_handlers& a = g_allocators[i];
-    if (a.ready.load(std::memory_order_acquire)) (child ? a.child : a.parent)();
+    const handlers& a = g_allocators[i];
+    if (a.ready.load(std::memory_order_acquire)) run(child ? a.child : a.parent);
   }
-  pthread_sigmask(SIG_SETMASK, &t_saved_mask, nullptr);
+  for (int i = kStages - 1; i >= 0; --i) {
+    const handlers& s = g_stages[i];
+    if (s.ready.load(std::memory_order_acquire)) run(child ? s.child : s.parent);
+  }
+  restore_signals(t_saved_mask);
 }
 
 void parent() {
@@ -56,11 +70,9 @@ void child() {
 
 std::atomic<bool> g_registered{false};
 
-// Priority 101: before libpercpu's other constructors (which register their own handlers), so
-// that this prepare handler runs after theirs. (initialize() registers it too, first, when it
-// runs before the constructors: a malloc call from the C library's start-up under percpu
-// malloc's preload.)
-__attribute__((constructor(101))) void register_last_stage() {
+// Priority 101: before libpercpu's other constructors and before the program's, so that the
+// program's own prepare handlers run before this one.
+__attribute__((constructor(101))) void register_at_load() {
   register_fork_stages();
 }
 
@@ -69,6 +81,21 @@ __attribute__((constructor(101))) void register_last_stage() {
 void register_fork_stages() noexcept {
   if (!g_registered.exchange(true, std::memory_order_acq_rel))
     pthread_atfork(prepare, parent, child);
+}
+
+void set_fork_handlers(fork_stage stage, void (*prepare_handler)(), void (*parent_handler)(),
+                       void (*child_handler)()) noexcept {
+  const int i = static_cast<int>(stage);
+  if (g_stage_claimed[i].exchange(true, std::memory_order_acq_rel)) {
+    // Another thread is setting them: return once it has, as a once-only call would.
+    while (!g_stages[i].ready.load(std::memory_order_acquire)) sched_yield();
+    return;
+  }
+  g_stages[i].prepare = prepare_handler;
+  g_stages[i].parent = parent_handler;
+  g_stages[i].child = child_handler;
+  g_stages[i].ready.store(true, std::memory_order_release);
+  register_fork_stages();
 }
 
 bool add_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),

@@ -10,11 +10,12 @@
 #include <string>
 #include <system_error>
 
-#include "percpu/cancel_disabled.h"
-#include "percpu/membarrier.h"
+#include "cancel_disabled.h"
+#include "fence.h"
+#include "fork_order.h"
 #include "percpu/runtime.h"
 #include "percpu/slot_array.h"
-#include "percpu/thread_observation.h"
+#include "signals_blocked.h"
 
 namespace percpu {
 namespace {
@@ -31,7 +32,8 @@ void unlock_after_fork() {
 // Registered when the library loads, not on first use: a registration racing with a fork in
 // another thread could miss that fork, whose child would then inherit a held mutex.
 __attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+  detail::set_fork_handlers(detail::fork_stage::remote, lock_for_fork, unlock_after_fork,
+                            unlock_after_fork);
 }
 
 class remote_category_impl : public std::error_category {
@@ -70,15 +72,8 @@ std::error_code try_fence_index(index_mode mode, int index) {
   // observation opens and reads /proc (cancellation points).
   detail::cancel_disabled no_cancel;
   // mm_cid mode is served by cpu_id where the kernel lacks mm_cid; a full fence covers both.
-  const bool one_cpu = mode == index_mode::cpu_id;
-  if (membarrier_rseq_fence(one_cpu ? index : -1) == 0) return {};
-  // Without membarrier: run on the CPU (every CPU for mm_cid, whose holder may run anywhere).
-  // Where the kernel refuses (the CPU is offline, or outside this thread's cpuset), look at
-  // the threads instead: an offline CPU runs none, and a cpuset that holds every thread keeps
-  // them all off the CPU, so that proof comes at once.
-  const std::vector<int> missed =
-      detail::migration_sweep(one_cpu ? std::vector<int>{index} : detail::every_cpu_id());
-  if (missed.empty() || detail::no_thread_runs_on(missed, kObservationLimitMs)) return {};
+  if (detail::fence_cpus(mode == index_mode::cpu_id ? index : -1, kObservationLimitMs).empty())
+    return {};
   return make_error_code(remote_errc::no_fence);
 }
 
@@ -91,29 +86,25 @@ void fence_index(index_mode mode, int index) {
 namespace detail {
 
 remote_section::remote_section() noexcept {
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  block_all_signals(saved_);
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state_);
   g_remote_mutex.lock();
 }
 
 remote_section::remote_section(std::try_to_lock_t) noexcept {
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  block_all_signals(saved_);
   owns_ = g_remote_mutex.try_lock();
   if (owns_)
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state_);
   else
-    pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+    restore_signals(saved_);
 }
 
 remote_section::~remote_section() {
   if (!owns_) return;
   g_remote_mutex.unlock();
   pthread_setcancelstate(cancel_state_, nullptr);
-  pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  restore_signals(saved_);
 }
 
 void wait_for_remote() noexcept {

@@ -18,16 +18,15 @@
 #include <mutex>
 #include <vector>
 
+#include "cancel_disabled.h"
+#include "fallback_mode.h"
+#include "fence.h"
+#include "fork_order.h"
 #include "never_destroyed.h"
-#include "percpu/arch/area.h"
-#include "percpu/arch/pair.h"
-#include "percpu/cancel_disabled.h"
-#include "percpu/fallback.h"
-#include "percpu/fork_order.h"
-#include "percpu/membarrier.h"
-#include "percpu/signals_blocked.h"
-#include "percpu/thread_observation.h"
+#include "percpu/internal/arch.h"
+#include "percpu/internal/fallback.h"
 #include "percpu/topology.h"
+#include "signals_blocked.h"
 
 // glibc 2.35+ exports these (sysdeps/unix/sysv/linux/rseq-internal.h). Weak, so that percpu
 // loads with older or other C libraries; tests check that they resolve with glibc.
@@ -170,7 +169,6 @@ void before_fork() {
   g_switch_mutex.lock();
   g_info_mutex.lock();
   g_dense_mutex.lock();
-  // Fallback mode's stripes are taken last of all, after the allocator's locks (fork_order.h).
 }
 
 void after_fork_in_parent() {
@@ -196,8 +194,8 @@ void do_initialize() {
   info.glibc_symbols = &__rseq_offset != nullptr && &__rseq_size != nullptr;
   info.glibc_rseq_size = info.glibc_symbols ? __rseq_size : 0;
   pthread_key_create(&g_exit_key, on_thread_exit);
-  detail::register_fork_stages();  // first: its prepare must run after before_fork (fork_order.h)
-  pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+  detail::set_fork_handlers(detail::fork_stage::runtime, before_fork, after_fork_in_parent,
+                            after_fork_in_child);
   (void)machine_topology();  // read sysfs now, not later inside a hot slow path
 
   const std::intptr_t own_offset = reinterpret_cast<char*>(&t_area.area) - arch::thread_pointer();
@@ -345,50 +343,6 @@ int dense_thread_id() {
 
 }  // namespace
 
-namespace detail {
-// Running on a CPU means whatever ran there before was preempted, and a preempted section aborts.
-std::vector<int> migration_sweep(const std::vector<int>& cpus) {
-  const topology& t = machine_topology();
-  const int bits = std::max({t.cpu_id_bound, t.kernel_cpu_limit, int{CPU_SETSIZE}});
-  const std::size_t bytes = CPU_ALLOC_SIZE(bits);
-  std::vector<int> missed;
-  missed.reserve(cpus.size());  // the only allocation, before the affinity changes
-  // The thread's own affinity is put back on every exit (and the sets freed).
-  struct affinity_restorer {
-    std::size_t bytes;
-    cpu_set_t* saved;
-    cpu_set_t* one;
-    bool restorable = false;
-    ~affinity_restorer() {
-      if (restorable) sched_setaffinity(0, bytes, saved);
-      CPU_FREE(saved);
-      CPU_FREE(one);
-    }
-  } guard{bytes, CPU_ALLOC(bits), CPU_ALLOC(bits)};
-  cpu_set_t* const one = guard.one;
-  const bool restorable =
-      guard.saved != nullptr && one != nullptr && sched_getaffinity(0, bytes, guard.saved) == 0;
-  guard.restorable = restorable;
-  for (int cpu : cpus) {
-    bool visited = false;
-    if (restorable && cpu >= 0 && cpu < bits) {
-      CPU_ZERO_S(bytes, one);
-      CPU_SET_S(cpu, bytes, one);
-      visited = sched_setaffinity(0, bytes, one) == 0;
-      if (visited) sched_yield();
-    }
-    if (!visited) missed.push_back(cpu);
-  }
-  return missed;
-}
-
-std::vector<int> every_cpu_id() {
-  std::vector<int> ids(static_cast<std::size_t>(machine_topology().cpu_id_bound));
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
-  return ids;
-}
-}  // namespace detail
-
 const char* to_string(area_owner owner) noexcept {
   switch (owner) {
     case area_owner::glibc:
@@ -517,16 +471,13 @@ static void switch_to_fallback(const char* reason) {
   __atomic_store_n(&g_hot.cpu_section_bound, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_hot.mm_section_bound, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_hot.mm_cid_field_bound, 0, __ATOMIC_SEQ_CST);
-  if (membarrier_rseq_fence(-1) != 0) {
-    const std::vector<int> missed = migration_sweep(every_cpu_id());
-    // CPUs this thread may not run on (offline, or outside its cpuset): wait until no thread
-    // of ours is seen running there. A switch cannot fail; if one keeps running there, say so.
-    if (!missed.empty() && !no_thread_runs_on(missed, 1000)) {
-      std::lock_guard<std::mutex> lock(g_info_mutex);
-      info_storage().fallback_reason +=
-          " (the switch could not fence CPUs " + format_cpu_list(missed) +
-          ": no membarrier, this thread may not run there, and a thread kept running there)";
-    }
+  // A switch cannot fail; if a thread keeps running on a CPU that could not be fenced, say so.
+  const std::vector<int> missed = fence_cpus(-1, 1000);
+  if (!missed.empty()) {
+    std::lock_guard<std::mutex> lock(g_info_mutex);
+    info_storage().fallback_reason +=
+        " (the switch could not fence CPUs " + format_cpu_list(missed) +
+        ": no membarrier, this thread may not run there, and a thread kept running there)";
   }
   g_switches.fetch_add(1, std::memory_order_relaxed);
   __atomic_store_n(&g_hot.fallback, kFallbackMode, __ATOMIC_RELEASE);

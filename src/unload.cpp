@@ -1,5 +1,5 @@
 // Disarming the threads that still point at the descriptors of an object being unloaded (see
-// include/percpu/unload_teardown.h).
+// percpu/internal/unload_teardown.h).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -12,9 +12,9 @@
 #include <cstdint>
 
 #include "percpu/abi.h"
-#include "percpu/arch/area.h"
+#include "percpu/internal/arch.h"
+#include "percpu/internal/unload_teardown.h"
 #include "percpu/runtime.h"
-#include "percpu/unload_teardown.h"
 
 extern "C" int __cxa_atexit(void (*function)(void*), void* argument, void* dso);
 

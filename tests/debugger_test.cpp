@@ -18,8 +18,8 @@
 #include <set>
 #include <vector>
 
-#include <percpu/malloc/allocator.h>
 #include <percpu/percpu.h>
+#include "malloc/allocator.h"
 
 extern const std::uint64_t __start___rseq_cs_ptr_array[] __attribute__((weak));
 extern const std::uint64_t __stop___rseq_cs_ptr_array[] __attribute__((weak));

@@ -15,8 +15,8 @@
 #include <set>
 #include <vector>
 
-#include <percpu/malloc/allocator.h>
 #include <percpu/percpu.h>
+#include "malloc/allocator.h"
 
 namespace {
 

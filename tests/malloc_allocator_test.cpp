@@ -3,11 +3,6 @@
 // cross-thread frees, signal-handler reentrancy and absurd requests.
 #include <gtest/gtest.h>
 
-#include <percpu/malloc/allocator.h>
-#include <percpu/malloc/page_heap.h>
-#include <percpu/malloc/reentrancy.h>
-#include <percpu/malloc/size_classes.h>
-#include <percpu/malloc/stats.h>
 #include <percpu/remote.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +16,11 @@
 #include <set>
 #include <thread>
 #include <vector>
+#include "malloc/allocator.h"
+#include "malloc/page_heap.h"
+#include "malloc/reentrancy.h"
+#include "malloc/size_classes.h"
+#include "malloc/stats.h"
 
 #include "child.h"
 #include "pin.h"

@@ -3,11 +3,11 @@
 // the transfer cache.
 #include <gtest/gtest.h>
 
-#include <percpu/malloc/central.h>
 #include <cstring>
 #include <set>
 #include <thread>
 #include <vector>
+#include "malloc/central.h"
 
 namespace {
 

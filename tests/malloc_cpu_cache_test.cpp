@@ -3,11 +3,11 @@
 // generic slow paths beside them.
 #include <gtest/gtest.h>
 
-#include <percpu/malloc/allocator.h>
-#include <percpu/malloc/cpu_cache.h>
-#include <percpu/malloc/maintenance.h>
 #include <percpu/percpu.h>
 #include <percpu/remote.h>
+#include "malloc/allocator.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/maintenance.h"
 
 #include <atomic>
 #include <chrono>

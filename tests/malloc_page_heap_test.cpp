@@ -3,11 +3,11 @@
 // process-wide, so the checks are on deltas and on the spans each test owns.
 #include <gtest/gtest.h>
 
-#include <percpu/malloc/page_heap.h>
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
+#include "malloc/page_heap.h"
 
 namespace {
 

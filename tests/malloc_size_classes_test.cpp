@@ -3,8 +3,8 @@
 // check holds exactly at the multiples of the size.
 #include <gtest/gtest.h>
 
-#include <percpu/malloc/central.h>
-#include <percpu/malloc/size_classes.h>
+#include "malloc/central.h"
+#include "malloc/size_classes.h"
 
 namespace {
 

@@ -23,9 +23,9 @@
 
 #include "child.h"
 #include "cut_off.h"
-#include "percpu/malloc/introspection.h"
-#include "percpu/malloc/maintenance.h"
-#include "percpu/malloc/stats.h"
+#include "malloc/introspection.h"
+#include "malloc/maintenance.h"
+#include "malloc/stats.h"
 #include "pin.h"
 #include "shell.h"
 

@@ -7,7 +7,9 @@
 // with static_asserts.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstddef>
 #include <cstdint>

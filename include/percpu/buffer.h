@@ -3,7 +3,9 @@
 // one that reads count and top entry and commits the lowered count.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <algorithm>
 #include <cstddef>

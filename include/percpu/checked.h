@@ -2,7 +2,9 @@
 // so that pushing an item twice is reported instead of corrupting a list.
 #pragma once
 
-#include "percpu/config.h"
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"
 
 /// PERCPU_CHECKED selects the default of the structures' Checked parameter: 1 in builds without
 /// NDEBUG (debug builds), 0 otherwise. Define it to 0 or 1 to override.

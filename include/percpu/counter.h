@@ -2,7 +2,9 @@
 // instruction, no shared cache line); reading sums the slots.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstdint>
 #include <limits>

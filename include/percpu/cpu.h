@@ -6,12 +6,13 @@
 // the index again inside its critical section.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstdint>
 
-#include "percpu/arch/area.h"
-#include "percpu/arch/pair.h"
+#include "percpu/internal/arch.h"
 #include "percpu/runtime.h"
 
 namespace percpu {

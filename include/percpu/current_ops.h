@@ -1,15 +1,18 @@
-// The fast paths of the per-CPU structures: one current-index section each (arch/current_ops.h),
-// a section that reads the calling thread's index itself, after arming, so the common case is
-// arm, read the index, check it against the section bound, do the work, commit. Whatever the
-// section cannot serve (before initialization, fallback mode, an index beyond the index space,
-// an unregistered area, a slot closed by a drain, an abort) it reports, and the structure's
-// cold path runs the full loop of ops.h (retry(), the index-passing operations, the fallback).
+// The fast paths of the per-CPU structures: one current-index section each
+// (internal/arch/x86_64/current_ops.h), a section that reads the calling thread's index itself,
+// after arming, so the common case is arm, read the index, check it against the section bound, do
+// the work, commit. Whatever the section cannot serve (before initialization, fallback mode, an
+// index beyond the index space, an unregistered area, a slot closed by a drain, an abort) it
+// reports, and the structure's cold path runs the full loop of ops.h (retry(), the index-passing
+// operations, the fallback).
 //
 // Internal to percpu's structures (namespace detail): user code that writes its own operations
 // uses retry() and the operations of ops.h, which take the index as an argument.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstddef>
 #include <cstdint>
@@ -17,9 +20,9 @@
 #include <utility>
 
 #include "percpu/abi.h"
-#include "percpu/arch/current_ops.h"
-#include "percpu/arch/current_result.h"
 #include "percpu/cpu.h"
+#include "percpu/internal/arch.h"
+#include "percpu/internal/current_result.h"
 #include "percpu/runtime.h"
 #include "percpu/status.h"
 

@@ -3,7 +3,9 @@
 // drained while its threads keep using it.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstddef>
 #include <cstdint>
@@ -198,8 +200,8 @@ class freelist {
   static constexpr std::intptr_t kOpen = 0;
   static constexpr std::intptr_t kClosed = 1;
 
-  // The layout of the current-index list sections (arch/current_ops.h): head, then gate, and
-  // an open gate is 0.
+  // The layout of the current-index list sections (internal/arch/x86_64/current_ops.h): head, then
+  // gate, and an open gate is 0.
   struct slot {
     std::intptr_t head;  // first item, 0 when empty
     std::intptr_t gate;  // kOpen, or kClosed while drain() works on this list

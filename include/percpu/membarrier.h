@@ -2,7 +2,9 @@
 // running, so that a thread can safely act on another CPU's per-CPU data.
 #pragma once
 
-#include "percpu/config.h"
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"
 
 namespace percpu {
 

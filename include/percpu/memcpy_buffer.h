@@ -2,7 +2,9 @@
 // section (compare, copy, then store the count).
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <algorithm>
 #include <cstddef>

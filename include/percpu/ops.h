@@ -30,16 +30,18 @@
 // detail::rseq_only reports index_changed instead, for fast paths whose cold path does the rest.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "percpu/arch/ops.h"
 #include "percpu/cpu.h"
-#include "percpu/fallback.h"
+#include "percpu/internal/arch.h"
+#include "percpu/internal/fallback.h"
 #include "percpu/runtime.h"
 #include "percpu/status.h"
 

@@ -1,7 +1,9 @@
 // percpu: userspace per-CPU data through restartable sequences (rseq). Umbrella header.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include "percpu/abi.h"
 #include "percpu/buffer.h"

@@ -3,7 +3,9 @@
 // per-CPU caches and the checks are pool_base's (pool_base.h).
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstddef>
 #include <iterator>
@@ -12,7 +14,7 @@
 #include <type_traits>
 
 #include "percpu/cpu.h"
-#include "percpu/pool_base.h"
+#include "percpu/internal/pool_base.h"
 #include "percpu/slot_array.h"
 
 namespace percpu {

@@ -7,6 +7,8 @@
 // work on the slot with atomic instructions, and reopen it.
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <signal.h>
 
 #include <cstdint>
@@ -14,9 +16,9 @@
 #include <system_error>
 #include <type_traits>
 
-#include "percpu/arch/current_result.h"
-#include "percpu/config.h"
 #include "percpu/cpu.h"
+#include "percpu/internal/config.h"
+#include "percpu/internal/current_result.h"
 
 namespace percpu {
 
@@ -83,13 +85,13 @@ namespace detail {
 /// read /proc, whose open() and read() are cancellation points: a thread cancelled there would
 /// leave the slot closed for good); fork() waits until no remote operation is in progress, so a
 /// child never inherits a closed slot.
-class PERCPU_API remote_section {
+class remote_section {
  public:
-  remote_section() noexcept;
+  PERCPU_API remote_section() noexcept;
   /// Takes the section only if no remote operation is in progress (this thread's included: an
   /// allocator called from inside one must not wait for it); see owns().
-  explicit remote_section(std::try_to_lock_t) noexcept;
-  ~remote_section();
+  PERCPU_API explicit remote_section(std::try_to_lock_t) noexcept;
+  PERCPU_API ~remote_section();
   remote_section(const remote_section&) = delete;
   remote_section& operator=(const remote_section&) = delete;
 

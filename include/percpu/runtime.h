@@ -8,13 +8,15 @@
 // operations done with atomic instructions, same results, slower.
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "percpu/abi.h"
-#include "percpu/config.h"
+#include "percpu/internal/config.h"
 
 namespace percpu {
 
@@ -123,11 +125,11 @@ struct alignas(64) hot_state {
   /// the index themselves (current_ops.h), therefore need no bound check of their own.
   std::uint32_t cpu_section_bound;
   std::uint32_t mm_section_bound;
-  /// The bound of mm_cid mode's current-index sections (arch/current_ops.h), which read the
-  /// area's own mm_cid field, not the precomputed one: mm_section_bound where the kernel fills
-  /// mm_cid (Linux 6.3+), 0 where it does not, so that those sections leave and the structures'
-  /// slow paths serve mm_cid mode through cpu_id there. Zeroed with the other section bounds.
-  /// cpu_id mode's current-index sections use cpu_section_bound.
+  /// The bound of mm_cid mode's current-index sections (internal/arch/x86_64/current_ops.h), which
+  /// read the area's own mm_cid field, not the precomputed one: mm_section_bound where the kernel
+  /// fills mm_cid (Linux 6.3+), 0 where it does not, so that those sections leave and the
+  /// structures' slow paths serve mm_cid mode through cpu_id there. Zeroed with the other section
+  /// bounds. cpu_id mode's current-index sections use cpu_section_bound.
   std::uint32_t mm_cid_field_bound;
   /// The getcpu cache's words: the low 32 bits hold an offset from the thread pointer (cpu_word:
   /// the area's; mm_cid_word: mm_cid mode's precomputed field, see mm_cid_index_offset), the
@@ -305,28 +307,15 @@ PERCPU_API void current_cpu_node_slow(int& cpu, int& node) noexcept;
 /// unavailable), then lets fallback operations run. `reason` is recorded for registration().
 PERCPU_API void enter_fallback(const char* reason) noexcept;
 
-/// Runs the calling thread once on each CPU of `cpus` (ids) that the kernel lets it run on,
-/// then restores its affinity: any thread that was inside a critical section on one of those
-/// CPUs has been preempted and will abort. The fence of last resort where membarrier is
-/// unavailable. Returns the CPUs it could not run on (offline, outside the cpuset), for
-/// no_thread_runs_on() (thread_observation.h).
-PERCPU_API std::vector<int> migration_sweep(const std::vector<int>& cpus);
-
-/// Every id of the cpu_id index space, 0 to machine_topology().cpu_id_bound - 1: what a full
-/// migration sweep visits (sysfs may list fewer CPUs than the kernel runs threads on).
-PERCPU_API std::vector<int> every_cpu_id();
-
-/// Waits until a switch to fallback mode in progress has completed.
-PERCPU_API void wait_for_fallback() noexcept;
-
 /// Unregisters percpu's own area of the calling thread with the length it was registered with
 /// (what the thread-exit hook does). Returns 0, EINVAL when this thread has no percpu-owned
 /// registration, or the errno of rseq(2). The next getcpu-cache call registers again.
 PERCPU_API int unregister_this_thread() noexcept;
 
 /// Delay-injection loop counts for points 1-3 inside every critical section (index 0 unused),
-/// read only by builds with PERCPU_INJECT_DELAYS (see arch/x86_64/sections.h); `percpu stress`
-/// sets them. Units: iterations of a two-instruction loop (about 0.3 ns each).
+/// read only by builds with PERCPU_INJECT_DELAYS (see
+/// percpu/internal/arch/x86_64/sections.h); `percpu stress` sets them. Units: iterations of a
+/// two-instruction loop (about 0.3 ns each).
 PERCPU_API extern std::uint32_t g_inject_loops[4];
 
 /// True when this translation unit's critical sections contain injection points.
@@ -339,7 +328,6 @@ inline constexpr bool kInjectDelays = false;
 /// Slow-path accounting, called off the fast path.
 PERCPU_API void note_abort() noexcept;
 PERCPU_API void note_index_change() noexcept;
-PERCPU_API void note_fallback_op() noexcept;
 
 }  // namespace detail
 }  // namespace percpu

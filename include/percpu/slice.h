@@ -17,12 +17,14 @@
 // does, fallback mode), a request costs one well-predicted branch on a thread-local byte.
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <atomic>
 #include <cstdint>
 #include <string>
 
-#include "percpu/arch/area.h"
-#include "percpu/config.h"
+#include "percpu/internal/arch.h"
+#include "percpu/internal/config.h"
 #include "percpu/runtime.h"
 
 namespace percpu {

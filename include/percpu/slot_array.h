@@ -3,6 +3,8 @@
 // per-CPU pool (slots a pool stride apart, packed with the pool's other objects of that index).
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <sys/mman.h>
 
 #include <cstddef>
@@ -13,9 +15,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "percpu/arch/current_result.h"
-#include "percpu/config.h"
 #include "percpu/cpu.h"
+#include "percpu/internal/config.h"
+#include "percpu/internal/current_result.h"
 #include "percpu/topology.h"
 
 namespace percpu {

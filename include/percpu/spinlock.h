@@ -2,14 +2,16 @@
 // the calling thread's index. For per-CPU data that needs more than one store to update.
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <sched.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include "percpu/config.h"
 #include "percpu/current_ops.h"
+#include "percpu/internal/config.h"
 #include "percpu/ops.h"
 #include "percpu/slice.h"
 #include "percpu/slot_array.h"

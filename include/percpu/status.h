@@ -1,7 +1,9 @@
 // Outcome of one attempt at a per-CPU operation.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 namespace percpu {
 

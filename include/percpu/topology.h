@@ -4,10 +4,12 @@
 // including CPUs hot-plugged later), never by CPU_SETSIZE, the online count or an affinity mask.
 #pragma once
 
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
 #include <string>
 #include <vector>
 
-#include "percpu/config.h"
+#include "percpu/internal/config.h"
 
 namespace percpu {
 

@@ -6,18 +6,20 @@
 // with SIGSEGV. The rule is the kernel's and librseq's (rseq_prepare_unload()).
 //
 // dlclose() is handled without any call: every object (program or shared library) that includes
-// the section headers carries a hidden teardown (percpu/unload_teardown.h) that runs when it is
-// unloaded and clears the rseq_cs of every thread that still points at one of its descriptors.
-// prepare_unload() below remains for what the teardown cannot see: code unmapped without
-// dlclose() (JIT code, a hand-made mapping), threads not made by pthread_create() or whose
+// the section headers carries a hidden teardown (percpu/internal/unload_teardown.h) that runs when
+// it is unloaded and clears the rseq_cs of every thread that still points at one of its
+// descriptors. prepare_unload() below remains for what the teardown cannot see: code unmapped
+// without dlclose() (JIT code, a hand-made mapping), threads not made by pthread_create() or whose
 // robust list the program replaced, and programs that want the disarm explicit.
 #pragma once
 
-#include "percpu/config.h"  // first: the C++20 check
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
 
 #include <cstdint>
 
-#include "percpu/arch/area.h"
+#include "percpu/internal/arch.h"
 #include "percpu/runtime.h"
 
 namespace percpu {

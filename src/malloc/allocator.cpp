@@ -1,7 +1,7 @@
 // percpu malloc's allocation functions (see allocator.h): size class lookup, the per-CPU cache
 // fast paths, batch refills and flushes, the free tag that catches double frees, large
 // mappings, and the fatal fault reports.
-#include "percpu/malloc/allocator.h"
+#include "malloc/allocator.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -12,17 +12,17 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "percpu/fork_order.h"
-#include "percpu/malloc/central.h"
-#include "percpu/malloc/cpu_cache.h"
-#include "percpu/malloc/fast_path.h"
-#include "percpu/malloc/free_tag.h"
-#include "percpu/malloc/introspection.h"
-#include "percpu/malloc/maintenance.h"
-#include "percpu/malloc/page_heap.h"
-#include "percpu/malloc/reentrancy.h"
-#include "percpu/malloc/stats.h"
-#include "percpu/signals_blocked.h"
+#include "fork_order.h"
+#include "malloc/central.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/fast_path.h"
+#include "malloc/free_tag.h"
+#include "malloc/introspection.h"
+#include "malloc/maintenance.h"
+#include "malloc/page_heap.h"
+#include "malloc/reentrancy.h"
+#include "malloc/stats.h"
+#include "signals_blocked.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -261,13 +261,22 @@ void lock_for_fork() noexcept {
   page_heap().lock();
 }
 
-void unlock_after_fork() noexcept {
+void unlock_after_fork(bool child) noexcept {
   page_heap().unlock();
   central_unlock_all();
-  maintenance_unlock_after_fork();
+  if (child)
+    maintenance_unlock_in_child();
+  else
+    maintenance_unlock_after_fork();
   figures_unlock_after_fork();
   stats_unlock_after_fork();
   --t_locks;
+}
+void unlock_in_parent() noexcept {
+  unlock_after_fork(false);
+}
+void unlock_in_child() noexcept {
+  unlock_after_fork(true);
 }
 
 // Stops the process with `fault` unless `p` is an object a user holds: the start of a small one
@@ -313,9 +322,9 @@ void* slow::allocate_large_block(std::size_t size) noexcept {
 namespace {
 
 __attribute__((constructor)) void register_fork_handlers() {
-  if (!percpu::detail::add_allocator_fork_handlers(lock_for_fork, unlock_after_fork,
-                                                   unlock_after_fork))
-    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+  if (!percpu::detail::add_allocator_fork_handlers(lock_for_fork, unlock_in_parent,
+                                                   unlock_in_child))
+    pthread_atfork(lock_for_fork, unlock_in_parent, unlock_in_child);
 }
 
 }  // namespace

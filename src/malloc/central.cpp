@@ -1,12 +1,12 @@
 // percpu malloc's transfer caches and central free lists (see central.h).
-#include "percpu/malloc/central.h"
+#include "malloc/central.h"
 
 #include <pthread.h>
 
 #include <cstring>
 
-#include "percpu/malloc/free_tag.h"
-#include "percpu/malloc/reentrancy.h"
+#include "malloc/free_tag.h"
+#include "malloc/reentrancy.h"
 
 namespace percpu::malloc_impl {
 namespace {

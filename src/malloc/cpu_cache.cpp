@@ -1,5 +1,5 @@
 // percpu malloc's per-CPU caches (see cpu_cache.h), on the stack operations of percpu::buffer.
-#include "percpu/malloc/cpu_cache.h"
+#include "malloc/cpu_cache.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <percpu/membarrier.h>
 #include <percpu/remote.h>
 
-#include "percpu/malloc/central.h"
+#include "malloc/central.h"
 
 namespace percpu::malloc_impl {
 namespace {

@@ -14,8 +14,8 @@
 #include <climits>
 #include <cstddef>
 
-#include "percpu/cancel_disabled.h"
-#include "percpu/malloc/introspection.h"
+#include "cancel_disabled.h"
+#include "malloc/introspection.h"
 
 namespace pm = percpu::malloc_impl;
 

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <new>
 
-#include "percpu/malloc/allocator.h"
-#include "percpu/malloc/fast_path.h"
-#include "percpu/malloc/stats.h"
-#include "percpu/malloc_api.h"
+#include "malloc/allocator.h"
+#include "malloc/fast_path.h"
+#include "malloc/stats.h"
+#include "percpu/malloc.h"
 
 namespace pm = percpu::malloc_impl;
 
@@ -94,7 +94,7 @@ PERCPU_EXPORT std::size_t malloc_usable_size(void* p) noexcept {
   return pm::usable_size(p);
 }
 
-// Declared in percpu/malloc_api.h.
+// Declared in percpu/malloc.h.
 PERCPU_EXPORT void percpu_malloc_stats_print(int fd) {
   pm::print_stats(fd);
 }

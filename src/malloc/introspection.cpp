@@ -1,14 +1,14 @@
 // percpu malloc's figures in glibc's terms, and malloc_trim()'s trim (see introspection.h).
-#include "percpu/malloc/introspection.h"
+#include "malloc/introspection.h"
 
-#include "percpu/malloc/central.h"
-#include "percpu/malloc/cpu_cache.h"
-#include "percpu/malloc/page_heap.h"
-#include "percpu/malloc/stats.h"
+#include "malloc/central.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/page_heap.h"
+#include "malloc/stats.h"
 
 #include <pthread.h>
 
-#include "percpu/cancel_disabled.h"
+#include "cancel_disabled.h"
 
 namespace percpu::malloc_impl {
 

@@ -1,5 +1,5 @@
 // percpu malloc's periodic upkeep (see maintenance.h).
-#include "percpu/malloc/maintenance.h"
+#include "malloc/maintenance.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -9,10 +9,10 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "percpu/cancel_disabled.h"
-#include "percpu/malloc/central.h"
-#include "percpu/malloc/cpu_cache.h"
-#include "percpu/malloc/page_heap.h"
+#include "cancel_disabled.h"
+#include "malloc/central.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/page_heap.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -104,11 +104,6 @@ void start_background() noexcept {
   pthread_attr_destroy(&attr);
 }
 
-// A forked child has no background thread: the next slow path starts one.
-__attribute__((constructor)) void register_fork_child() {
-  pthread_atfork(nullptr, nullptr, [] { g_background_started.store(false); });
-}
-
 }  // namespace
 
 void maybe_maintain() noexcept {
@@ -133,6 +128,11 @@ void maintenance_lock_for_fork() noexcept {
 }
 
 void maintenance_unlock_after_fork() noexcept {
+  pthread_mutex_unlock(&g_pass_lock);
+}
+
+void maintenance_unlock_in_child() noexcept {
+  g_background_started.store(false, std::memory_order_relaxed);  // the child has no such thread
   pthread_mutex_unlock(&g_pass_lock);
 }
 

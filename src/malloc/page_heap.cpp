@@ -2,10 +2,10 @@
 // coalesced and kept in lists by size, memory returned with madvise, and a pagemap (a two-level
 // radix tree over page numbers) from any address to its span. All state is zero-initialized at
 // load, so it works before any constructor runs; nothing here calls malloc.
-#include "percpu/malloc/page_heap.h"
+#include "malloc/page_heap.h"
 
-#include "percpu/config.h"
-#include "percpu/malloc/reentrancy.h"
+#include "malloc/reentrancy.h"
+#include "percpu/internal/config.h"
 
 #include <pthread.h>
 #include <sys/mman.h>

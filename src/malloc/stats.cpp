@@ -1,5 +1,5 @@
 // percpu malloc's statistics (see stats.h).
-#include "percpu/malloc/stats.h"
+#include "malloc/stats.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "percpu/cancel_disabled.h"
-#include "percpu/malloc/central.h"
-#include "percpu/malloc/cpu_cache.h"
-#include "percpu/malloc/maintenance.h"
+#include "cancel_disabled.h"
+#include "malloc/central.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/maintenance.h"
 
 namespace percpu::malloc_impl {
 namespace {

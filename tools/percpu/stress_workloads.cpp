@@ -2,12 +2,12 @@
 // child do with each, and how conservation is checked at the end.
 #include <sched.h>
 
-#include <percpu/malloc/allocator.h>
-#include <percpu/malloc/cpu_cache.h>
-#include <percpu/malloc/size_classes.h>
 #include <percpu/percpu.h>
 #include <stdexcept>
 #include <vector>
+#include "malloc/allocator.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/size_classes.h"
 
 #include "stress.h"
 

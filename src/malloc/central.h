@@ -1,0 +1,56 @@
+// percpu malloc's middle end, per size class: a transfer cache of whole batches (where the
+// per-CPU caches' refills and flushes usually end), and a central free list of spans carved into
+// objects, which takes spans from the page heap and gives empty ones back.
+//
+// Thread safety: one lock per size class. Nothing here calls malloc, and all state is
+// zero-initialized at load (usable before constructors run).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "malloc/page_heap.h"
+#include "malloc/size_classes.h"
+
+namespace percpu::malloc_impl {
+
+/// Whole batches a size class's transfer cache holds.
+inline constexpr std::size_t kTransferBatches = 64;
+/// Whole batches a size class's transfer cache takes whatever the demand; beyond them, one for
+/// each removal not yet matched by an insertion, counting at most kTransferCredit removals. A
+/// batch refused goes to its spans with one of the cache's own (central_insert).
+inline constexpr std::size_t kTransferAlways = 2;
+inline constexpr std::size_t kTransferCredit = 8;
+/// Largest batch of any class (size_class_info::batch).
+inline constexpr std::size_t kMaxBatch = 64;
+
+/// Counters of one size class's middle end.
+struct central_stats {
+  std::size_t spans = 0;             ///< spans carved into this class's objects
+  std::size_t free_in_spans = 0;     ///< objects free in those spans (uncarved included)
+  std::size_t transfer_objects = 0;  ///< objects in the transfer cache
+};
+
+/// Takes up to `n` (at most kMaxBatch) free objects of class `cls` (1 .. kClassCount - 1) into
+/// `out`; returns how many, 0 only when out of memory. They come out live and tagged as cached
+/// (free_tag.h).
+std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
+
+/// Gives back `n` (at most kMaxBatch) free objects of class `cls`, live and tagged as cached.
+/// Their first 8 bytes may be overwritten (the free list's link).
+void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
+
+/// Returns half of class `cls`'s transfer-cache batches (rounded up) to their spans, so that
+/// memory parked there reaches the page heap (and the kernel) when the class goes quiet; called
+/// by each maintenance pass. Returns the objects moved.
+std::size_t central_release_transfer(std::size_t cls) noexcept;
+
+/// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes
+/// the class's lock).
+central_stats central_stats_of(std::size_t cls) noexcept;
+
+/// Every class's lock, taken across fork() by the allocator's fork handlers.
+void central_lock_all() noexcept;
+void central_unlock_all() noexcept;
+
+}  // namespace percpu::malloc_impl

@@ -1,0 +1,101 @@
+// percpu malloc's fast paths, inline: the exported malloc, free and operator new/delete
+// (src/malloc/interpose.cpp) each compile to one function that reads the size class or the
+// pagemap entry, checks, and runs one per-CPU cache section, with no call or jump on the way.
+// Everything else (refills, flushes, large blocks, foreign pointers, faults) is the out-of-line
+// slow paths of allocator.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "malloc/cpu_cache.h"
+#include "malloc/free_tag.h"
+#include "malloc/page_heap.h"
+#include "malloc/size_classes.h"
+
+namespace percpu::malloc_impl {
+namespace slow {
+
+/// Writes "percpu malloc: <what> (0x<p>)" to stderr and aborts, without allocating.
+[[noreturn]] void fatal(const char* what, const void* p) noexcept;
+
+/// fatal() for free's fast path. It never returns either, but is not declared noreturn, so that
+/// the fast path reaches it with a jump and needs no stack frame for a call.
+void free_fault(const char* what, const void* p) noexcept;
+
+/// A small object of class `cls` when the cache's section did not commit; `fast_aborted` says
+/// the section aborted (counted in the statistics). NULL with ENOMEM when out of memory.
+void* allocate_small(std::size_t cls, bool fast_aborted) noexcept;
+
+/// A block above the size classes, page-aligned; NULL with ENOMEM when refused.
+void* allocate_large_block(std::size_t size) noexcept;
+
+/// Returns small object `p` of class `cls`, checked and tagged already, when the cache's
+/// section did not commit (full, closed, aborted).
+void give_back(std::size_t cls, void* p, bool fast_aborted) noexcept;
+
+/// give_back() of `p` after free's section did not commit: the class is read again from the
+/// pagemap, so that the fast path keeps no register for it across the section.
+void give_back_freed(void* p, bool fast_aborted) noexcept;
+
+/// free() of what the pagemap does not name as a small object: NULL, a large block, another
+/// allocator's block (to the foreign allocator) or a fault. `s` is the entry's span, if any.
+void deallocate_other(void* p, span* s) noexcept;
+
+}  // namespace slow
+
+/// True when a small object, whose tag word holds `word` and whose tag would be `tag`, is held by
+/// a user: every object not held by one carries its tag (free_tag.h), whether it is in a cache,
+/// on its span's free list or not yet handed out.
+inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
+  return word != tag;
+}
+
+/// malloc(size): an object of the smallest class holding `size` bytes from the per-CPU cache,
+/// else the slow paths. NULL with ENOMEM when out of memory.
+__attribute__((always_inline)) inline void* allocate_inline(std::size_t size) noexcept {
+  std::size_t cls;
+  if (PERCPU_LIKELY(size <= detail::kSmallLimit)) {
+    cls = detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
+    if (cls == 0) __builtin_unreachable();  // every size up to kSmallLimit has a class
+  } else {
+    cls = size_class_of(size);
+    if (PERCPU_UNLIKELY(cls == 0)) return slow::allocate_large_block(size);
+  }
+  void* p;
+  const arch::current_result r = cache_pop_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
+    clear_free_tag(p);
+    return p;
+  }
+  return slow::allocate_small(cls, r == arch::current_result::aborted);
+}
+
+/// free(p): a small object back onto the per-CPU cache after its checks (the start of an
+/// object, held by a user), else the slow paths. A fault stops the process (slow::fatal).
+__attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
+  // The pagemap entry names the size class and the object's place in its span: the checks and
+  // the push need no load of the span. NULL reads as an entry of class 0 (page 0 never holds a
+  // span: map_aligned), so its test is on the slow path.
+  const std::uintptr_t e = page_heap().entry_of(p);
+  const std::size_t cls = pagemap::entry::size_class(e);
+  if (PERCPU_UNLIKELY(cls == 0)) return slow::deallocate_other(p, pagemap::entry::span_of(e));
+  if (PERCPU_UNLIKELY(!is_object_start(cls, pagemap::entry::offset_in_span(e, p))))
+    return slow::free_fault("free(): invalid pointer, inside an object or past its span's last one",
+                            p);
+  // The tag means the object is not a user's: in a cache, on its span's free list, or never
+  // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
+  // caught whenever the second free starts after the first has tagged the object (glibc's
+  // tcache check has the same reach); two frees of one object racing on two threads within
+  // these few instructions may both pass.
+  std::uint64_t& word = free_tag_word(p);
+  const std::uint64_t tag = span_object_tag_of(p);
+  if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
+    return slow::free_fault("free(): double free, or a pointer that is not allocated", p);
+  word = tag;
+  const arch::current_result r = cache_push_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) return;
+  slow::give_back_freed(p, r == arch::current_result::aborted);
+}
+
+}  // namespace percpu::malloc_impl
