@@ -10,7 +10,7 @@
 # every structure in both index modes, requiring aborts and zero lost. Last, the short form of
 # the benchmark report (`percpu bench --quick --repetitions 3`: every suite, the malloc
 # workloads under every allocator, where a crash or a corrupted object under percpu malloc
-# fails it, and the context-switch check), then tests/report_check.sh checks the report's
+# fails it, and the context-switch check), then tests/tools/report_check.sh checks the report's
 # summary, sections, PNG plots and JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,7 @@ echo "=== the benchmark report, short form: every suite (malloc: every workload 
 echo "    allocator), plots, summary ==="
 rm -rf build/report-check
 "$cli" bench --quick --repetitions 3 --out build/report-check || status=1
-tests/report_check.sh build/report-check || status=1
+tests/tools/report_check.sh build/report-check || status=1
 
 echo
 if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi

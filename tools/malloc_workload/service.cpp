@@ -1,9 +1,10 @@
-// Workload 1, the seeds' service: many threads (400 by default), of which only `active` serve a
-// request at a time (a semaphore); a thread idles for `think_us` between its requests, as one
-// waiting for its next client would. A request builds a working set of 50-400 objects of mixed
-// sizes, freeing and replacing some as it goes, then frees it all; each thread also keeps a
-// small session (32 objects) that lives across requests, replacing one object per request.
-// Threads far outnumber CPUs: per-thread caches hold memory in every idle thread.
+// Workload 1, the 400-thread service (after the 2015 "restartable sequences benchmarks" RFC): many
+// threads (400 by default), of which only `active` serve a request at a time (a semaphore); a
+// thread idles for `think_us` between its requests, as one waiting for its next client would. A
+// request builds a working set of 50-400 objects of mixed sizes, freeing and replacing some as it
+// goes, then frees it all; each thread also keeps a small session (32 objects) that lives across
+// requests, replacing one object per request. Threads far outnumber CPUs: per-thread caches hold
+// memory in every idle thread.
 #include <semaphore.h>
 #include <unistd.h>
 

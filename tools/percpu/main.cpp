@@ -8,7 +8,7 @@
 #include <string>
 
 #include "commands.h"
-#include "stress.h"
+#include "stress/harness.h"
 
 namespace {
 

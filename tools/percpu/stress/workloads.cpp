@@ -1,0 +1,536 @@
+// The structures under `percpu stress`: what a worker, a signal handler, the drainer and a forked
+// child do with each, and how conservation is checked at the end.
+#include <sched.h>
+
+#include <percpu/percpu.h>
+#include <stdexcept>
+#include <vector>
+#include "malloc/allocator.h"
+#include "malloc/cpu_cache.h"
+#include "malloc/size_classes.h"
+
+#include "stress/harness.h"
+
+namespace percpu::cli {
+namespace {
+
+// Workers yield while holding an item every this many operations (when yielding is on), so
+// other threads run on the same CPU while the holder is off it.
+constexpr long kYieldEvery = 4096;
+
+// An item that circulates between the structure and the threads. `holders` counts the threads
+// that believe they own it: more than one at a time is a duplicate.
+struct item {
+  item* next = nullptr;
+  std::atomic<int> holders{0};
+};
+
+void take(item* p, stress_tally& tally) {
+  if (p->holders.fetch_add(1, std::memory_order_acq_rel) != 0)
+    tally.duplicated.fetch_add(1, std::memory_order_relaxed);
+}
+void give(item* p) {
+  p->holders.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+// Items per worker kept in circulation.
+constexpr int kItemsPerThread = 16;
+
+// Counts how often each item is stored at the end; fills lost and duplicated.
+void check_census(const std::vector<int>& seen, stress_result& r) {
+  for (int n : seen) {
+    if (n == 0) ++r.lost;
+    if (n > 1) r.duplicated += static_cast<std::uint64_t>(n - 1);
+  }
+}
+
+// ---- counter: every increment counted, including the handlers' and those a reset took ----
+template <index_mode M>
+class counter_workload final : public stress_workload {
+ public:
+  explicit counter_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long) override { c_.add(1); }
+  void signal_op() noexcept override {
+    c_.add(1);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {  // the drainer's part: resets
+    taken_ += c_.reset();
+    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool child_check() override {
+    const auto before = c_.load();
+    c_.add(5);
+    return c_.load() == before + 5;
+  }
+  void verify(stress_result& r) override {
+    const auto expected = static_cast<std::int64_t>(r.ops + r.handler_ops);
+    const auto counted = taken_ + c_.load();
+    if (counted < expected) r.lost = static_cast<std::uint64_t>(expected - counted);
+    if (counted > expected) r.duplicated = static_cast<std::uint64_t>(counted - expected);
+  }
+
+ private:
+  stress_tally& tally_;
+  counter<std::int64_t, M> c_;
+  std::int64_t taken_ = 0;
+};
+
+// ---- freelist: every item in exactly one list at the end, never held twice ----
+template <index_mode M>
+class freelist_workload final : public stress_workload {
+ public:
+  freelist_workload(int threads, stress_tally& tally)
+      : tally_(tally), items_(static_cast<std::size_t>(threads) * kItemsPerThread) {
+    for (auto& it : items_) list_.push(&it);
+  }
+  void op(long i) override {
+    item* p = list_.pop();
+    if (!p) return;
+    take(p, tally_);
+    if (i % kYieldEvery == 0) sched_yield();
+    give(p);
+    list_.push(p);
+  }
+  void signal_op() noexcept override {
+    item* p = list_.pop();
+    if (!p) return;
+    take(p, tally_);
+    give(p);
+    list_.push(p);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int index) override {
+    const remote_result<item*> drained = list_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    item* chain = drained.value;
+    while (chain) {
+      item* next = chain->next;
+      take(chain, tally_);
+      give(chain);
+      list_.push(chain);
+      chain = next;
+    }
+  }
+  bool child_check() override {
+    item* p = list_.pop();
+    if (p) list_.push(p);
+    item* all = list_.drain(0);  // no remote operation may be left half-done in the child
+    while (all) {
+      item* next = all->next;
+      list_.push(all);
+      all = next;
+    }
+    return true;
+  }
+  void verify(stress_result& r) override {
+    std::vector<int> seen(items_.size());
+    for (int i = 0; i < list_.slots(); ++i)
+      for (item* p = list_.drain(i); p; p = p->next) {
+        const auto k = static_cast<std::size_t>(p - items_.data());
+        if (k >= items_.size()) {
+          ++r.corrupt;
+          break;
+        }
+        ++seen[k];
+      }
+    check_census(seen, r);
+  }
+
+ private:
+  stress_tally& tally_;
+  std::vector<item> items_;
+  freelist<item, &item::next, M, false> list_;
+};
+
+// ---- buffer: every pointer stored exactly once at the end ----
+template <index_mode M>
+class buffer_workload final : public stress_workload {
+ public:
+  buffer_workload(int threads, stress_tally& tally)
+      : tally_(tally),
+        items_(static_cast<std::size_t>(threads) * kItemsPerThread),
+        buf_(items_.size()) {  // capacity for every item on one index: pushes never fail
+    for (auto& it : items_) buf_.push(&it);
+  }
+  void op(long i) override {
+    item* p = buf_.pop();
+    if (!p) return;
+    take(p, tally_);
+    if (i % kYieldEvery == 0) sched_yield();
+    give(p);
+    put_back(p);
+  }
+  void signal_op() noexcept override {
+    item* p = buf_.pop();
+    if (!p) return;
+    take(p, tally_);
+    give(p);
+    put_back(p);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int index) override {
+    const remote_result<std::vector<item*>> drained = buf_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    for (item* p : drained.value) {
+      take(p, tally_);
+      give(p);
+      put_back(p);
+    }
+  }
+  bool child_check() override {
+    item* p = buf_.pop();
+    if (p && !buf_.push(p)) return false;
+    for (item* q : buf_.drain(0))
+      if (!buf_.push(q)) return false;
+    return true;
+  }
+  void verify(stress_result& r) override {
+    std::vector<int> seen(items_.size());
+    for (int i = 0; i < buf_.slots(); ++i)
+      for (item* p : buf_.drain(i)) {
+        const auto k = static_cast<std::size_t>(p - items_.data());
+        if (k >= items_.size()) {
+          ++r.corrupt;
+          continue;
+        }
+        ++seen[k];
+      }
+    check_census(seen, r);
+  }
+
+ private:
+  // A full buffer cannot happen (capacity = all items); if it did, the item would be lost, and
+  // verify() reports it.
+  void put_back(item* p) noexcept {
+    if (!buf_.push(p)) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  stress_tally& tally_;
+  std::vector<item> items_;
+  buffer<item*, M, false> buf_;
+};
+
+// ---- memcpy_buffer: every record once and intact (a torn copy breaks its check words) ----
+struct record {
+  std::uint64_t id;
+  std::uint64_t words[3];  // id * k: a torn copy mixes two records
+  std::uint8_t tail[7];    // 39 bytes: the copy's 0-7 byte tail too
+};
+
+record make_record(std::uint64_t id) {
+  record r{id, {id * 3, id * 5, id * 7}, {}};
+  for (int k = 0; k < 7; ++k) r.tail[k] = static_cast<std::uint8_t>(id + k);
+  return r;
+}
+bool intact(const record& r) {
+  for (int k = 0; k < 7; ++k)
+    if (r.tail[k] != static_cast<std::uint8_t>(r.id + k)) return false;
+  return r.words[0] == r.id * 3 && r.words[1] == r.id * 5 && r.words[2] == r.id * 7;
+}
+
+template <index_mode M>
+class memcpy_buffer_workload final : public stress_workload {
+ public:
+  memcpy_buffer_workload(int threads, stress_tally& tally)
+      : tally_(tally),
+        holders_(static_cast<std::size_t>(threads) * kItemsPerThread),
+        buf_(holders_.size()) {
+    for (std::size_t i = 0; i < holders_.size(); ++i) buf_.push(make_record(i));
+  }
+  void op(long i) override {
+    record r;
+    if (!buf_.pop(r)) return;
+    if (!hold(r)) return;
+    if (i % kYieldEvery == 0) sched_yield();
+    release_and_push(r);
+  }
+  void signal_op() noexcept override {
+    record r;
+    if (!buf_.pop(r)) return;
+    if (!hold(r)) return;
+    release_and_push(r);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int index) override {
+    const remote_result<std::vector<record>> drained = buf_.try_drain(index);
+    if (!tally_.count_drain(drained.error)) return;
+    for (const record& r : drained.value)
+      if (hold(r)) release_and_push(r);
+  }
+  bool child_check() override {
+    record r;
+    if (buf_.pop(r) && (!intact(r) || !buf_.push(r))) return false;
+    for (const record& q : buf_.drain(0))
+      if (!buf_.push(q)) return false;
+    return true;
+  }
+  void verify(stress_result& r) override {
+    std::vector<int> seen(holders_.size());
+    for (int i = 0; i < buf_.slots(); ++i)
+      for (const record& rec : buf_.drain(i)) {
+        if (!intact(rec) || rec.id >= holders_.size()) {
+          ++r.corrupt;
+          continue;
+        }
+        ++seen[rec.id];
+      }
+    check_census(seen, r);
+  }
+
+ private:
+  // Marks the record's id as held; a torn record is counted and dropped (verify then also
+  // reports its id lost).
+  bool hold(const record& r) noexcept {
+    if (!intact(r) || r.id >= holders_.size()) {
+      tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    if (holders_[r.id].fetch_add(1, std::memory_order_acq_rel) != 0)
+      tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  void release_and_push(const record& r) noexcept {
+    holders_[r.id].fetch_sub(1, std::memory_order_acq_rel);
+    if (!buf_.push(r)) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  stress_tally& tally_;
+  std::vector<std::atomic<int>> holders_;
+  memcpy_buffer<record, M> buf_;
+};
+
+// ---- spinlock: two plain words per index, updated by separate stores under the lock ----
+template <index_mode M>
+class spinlock_workload final : public stress_workload {
+  struct guarded {
+    std::uint64_t a, b;
+  };
+
+ public:
+  explicit spinlock_workload(stress_tally& tally) : tally_(tally), data_(lock_.slots()) {}
+  // Odd operations take the lock through a guard (its own acquire path and bare release), even
+  // ones through lock()/unlock().
+  void op(long i) override {
+    if (i & 1) {
+      typename spinlock<M>::guard held(lock_);
+      update(data_[held.index()], i);
+    } else {
+      const int index = lock_.lock();
+      update(data_[index], i);
+      lock_.unlock(index);
+    }
+  }
+  void signal_op() noexcept override {
+    // The interrupted thread may hold this index's lock: only try, never wait.
+    const int index = lock_.try_lock();
+    if (index < 0) return;
+    guarded& g = data_[index];
+    g.a = g.a + 1;
+    g.b = g.b + 1;
+    lock_.unlock(index);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {}
+  bool child_check() override {
+    // A lock held by a worker at fork time stays held in the child (that worker does not exist
+    // there); the child takes only a free one.
+    const int index = lock_.try_lock();
+    if (index >= 0) lock_.unlock(index);
+    return true;
+  }
+  void verify(stress_result& r) override {
+    std::uint64_t sum = 0;
+    for (int i = 0; i < data_.size(); ++i) {
+      if (data_[i].a != data_[i].b || lock_.is_locked(i)) ++r.corrupt;
+      sum += data_[i].a;
+    }
+    const std::uint64_t expected = r.ops + r.handler_ops;
+    if (sum < expected) r.lost = expected - sum;
+    if (sum > expected) r.duplicated = sum - expected;
+  }
+
+ private:
+  static void update(guarded& g, long i) {
+    g.a = g.a + 1;
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    g.b = g.b + 1;
+  }
+
+  stress_tally& tally_;
+  spinlock<M> lock_;
+  slot_array<guarded> data_;
+};
+
+// ---- pool: objects allocated and freed through the per-CPU caches, handed between threads ----
+// Every object must come zeroed in every slot and be held by one owner at a time (its tag in
+// every slot stays the owner's); at the end every object is freed and none is live.
+template <index_mode M>
+class pool_workload final : public stress_workload {
+  static constexpr int kMailboxes = 16;
+
+ public:
+  explicit pool_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    auto p = pool_.template allocate<std::int64_t>();
+    if (!holds(&p[0], 0)) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+    const std::int64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed);
+    for (std::int64_t& v : p) v = tag;
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    if (!holds(&p[0], tag)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    // Hand it to whichever thread visits this mailbox next; free what was there.
+    const auto other = mailbox_[static_cast<std::size_t>(i) % kMailboxes].exchange(
+        reinterpret_cast<std::intptr_t>(&p[0]), std::memory_order_acq_rel);
+    if (other != 0) release(reinterpret_cast<std::int64_t*>(other));
+  }
+  // Allocation's slow path takes a mutex: not for a signal handler. The signals still abort
+  // the workers' critical sections.
+  void signal_op() noexcept override {}
+  void remote(int index) override { tally_.count_drain(pool_.try_drain_caches(index).error); }
+  bool child_check() override {
+    std::vector<percpu_ptr<std::int64_t, M>> mine;
+    for (int i = 0; i < 100; ++i) {
+      mine.push_back(pool_.template allocate<std::int64_t>());
+      if (!holds(&mine.back()[0], 0)) return false;
+      mine.back()[0] = 1;
+    }
+    for (auto& p : mine) pool_.free(p);
+    return true;
+  }
+  void verify(stress_result& r) override {
+    for (auto& m : mailbox_)
+      if (const auto left = m.exchange(0)) release(reinterpret_cast<std::int64_t*>(left));
+    r.lost = pool_.stats().live_objects;  // allocated and never freed
+  }
+
+ private:
+  bool holds(const std::int64_t* slot0, std::int64_t tag) const {
+    for (int s = 0; s < pool_.slots(); ++s)
+      if (slot0[static_cast<std::size_t>(s) * (pool_.stride() / sizeof(std::int64_t))] != tag)
+        return false;
+    return true;
+  }
+  void release(std::int64_t* p) {
+    if (!holds(p, *p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    pool_.free_bytes(p, sizeof(std::int64_t));
+  }
+
+  stress_tally& tally_;
+  pool<M> pool_{pool_options{.debug = false}};
+  std::atomic<std::intptr_t> mailbox_[kMailboxes] = {};
+  std::atomic<std::int64_t> next_tag_{1};
+};
+
+// percpu malloc (its functions called directly): workers allocate objects of every size class
+// and some large ones, tag them, and hand them through mailboxes to other threads, which check
+// the tags and free them; the signal handler allocates and frees (the allocator may refuse with
+// NULL when the handler interrupted its own locked code); the drainer drains other indices'
+// caches and lowers their capacities; a forked child allocates. The allocator picks its own
+// index mode (mm_cid where the kernel has it): the run's mode only labels the run.
+class malloc_workload final : public stress_workload {
+  static constexpr int kMailboxes = 16;
+
+ public:
+  explicit malloc_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    const std::size_t size = size_of(i);
+    auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(size));
+    if (p == nullptr) {
+      tally_.corrupt.fetch_add(1, std::memory_order_relaxed);  // out of memory: not expected
+      return;
+    }
+    allocated_.fetch_add(1, std::memory_order_relaxed);
+    write_tags(p, size, next_tag_.fetch_add(1, std::memory_order_relaxed));
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    const auto other = mailbox_[static_cast<std::size_t>(i) % kMailboxes].exchange(
+        reinterpret_cast<std::intptr_t>(p), std::memory_order_acq_rel);
+    if (other != 0) release(reinterpret_cast<std::int64_t*>(other));
+  }
+  void signal_op() noexcept override {
+    auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(48));
+    if (p == nullptr) return;  // refused inside the allocator's locked code (reentrancy.h)
+    write_tags(p, 48, -1);
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    malloc_impl::deallocate(p);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int index) override {
+    malloc_impl::cache_drain(index);
+    malloc_impl::cache_shrink_unused(index);
+    tally_.drains.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool child_check() override {
+    std::vector<std::int64_t*> mine;
+    for (int i = 0; i < 100; ++i) {
+      auto* p = static_cast<std::int64_t*>(malloc_impl::allocate(size_of(i)));
+      if (p == nullptr) return false;
+      write_tags(p, size_of(i), i);
+      mine.push_back(p);
+    }
+    for (auto* p : mine) {
+      if (!has_tags(p)) return false;
+      malloc_impl::deallocate(p);
+    }
+    return true;
+  }
+  void verify(stress_result& r) override {
+    for (auto& m : mailbox_)
+      if (const auto left = m.exchange(0)) release(reinterpret_cast<std::int64_t*>(left));
+    r.lost = allocated_.load() - freed_.load();
+  }
+
+ private:
+  // Every class in turn, and now and then a large allocation.
+  static std::size_t size_of(long i) {
+    if (i % 97 == 0) return 300000;
+    const auto cls = 1 + static_cast<std::size_t>(i) % (malloc_impl::kClassCount - 1);
+    return malloc_impl::kClasses[cls].size;
+  }
+  // Word 0 holds the size, the last word and a middle one the tag. (Word 1 is the allocator's
+  // free tag while the object is cached; a user may write it, as here in larger objects.)
+  static void write_tags(std::int64_t* p, std::size_t size, std::int64_t tag) {
+    const std::size_t words = size / sizeof(std::int64_t);
+    p[0] = static_cast<std::int64_t>(size);
+    p[words - 1] = tag;
+    p[words / 2] = tag;
+  }
+  static bool has_tags(const std::int64_t* p) {
+    const std::size_t words = static_cast<std::size_t>(p[0]) / sizeof(std::int64_t);
+    return words >= 2 && p[words - 1] == p[words / 2];
+  }
+  void release(std::int64_t* p) {
+    if (!has_tags(p)) tally_.duplicated.fetch_add(1, std::memory_order_relaxed);
+    malloc_impl::deallocate(p);
+    freed_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  stress_tally& tally_;
+  std::atomic<std::intptr_t> mailbox_[kMailboxes] = {};
+  std::atomic<std::int64_t> next_tag_{1};
+  std::atomic<std::uint64_t> allocated_{0}, freed_{0};
+};
+
+template <index_mode M>
+std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads,
+                                               stress_tally& tally) {
+  if (s == "counter") return std::make_unique<counter_workload<M>>(tally);
+  if (s == "freelist") return std::make_unique<freelist_workload<M>>(threads, tally);
+  if (s == "buffer") return std::make_unique<buffer_workload<M>>(threads, tally);
+  if (s == "memcpy_buffer") return std::make_unique<memcpy_buffer_workload<M>>(threads, tally);
+  if (s == "spinlock") return std::make_unique<spinlock_workload<M>>(tally);
+  if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
+  if (s == "malloc") return std::make_unique<malloc_workload>(tally);
+  throw std::invalid_argument("unknown structure: " + s);
+}
+
+}  // namespace
+
+std::unique_ptr<stress_workload> make_stress_workload(const std::string& structure, index_mode mode,
+                                                      int threads, stress_tally& tally) {
+  if (mode == index_mode::cpu_id)
+    return make_for_mode<index_mode::cpu_id>(structure, threads, tally);
+  return make_for_mode<index_mode::mm_cid>(structure, threads, tally);
+}
+
+}  // namespace percpu::cli
