@@ -57,7 +57,7 @@ unset logscale
 reset
 set terminal pngcairo noenhanced size 900,540 font 'sans,10'
 set output 'malloc_rss.png'
-set title "The seeds' service (400 threads): RSS by allocator, MiB (median)"
+set title "The 400-thread service: RSS by allocator, MiB (median)"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8
