@@ -13,19 +13,23 @@
 namespace percpu::detail {
 namespace {
 
+// Every member initialized, and every table constinit: the tables must hold their zeros before
+// any code runs. initialize() sets the runtime's stage from the first malloc call of a program
+// under percpu malloc's preload, before this file's dynamic initializers would have run; a
+// table initialized dynamically would then clear that stage's `ready` after it was set.
 struct handlers {
-  void (*prepare)();
-  void (*parent)();
-  void (*child)();
-  std::atomic<bool> ready;  // set once the three pointers above are written
+  void (*prepare)() = nullptr;
+  void (*parent)() = nullptr;
+  void (*child)() = nullptr;
+  std::atomic<bool> ready{false};  // set once the three pointers above are written
 };
 
 constexpr int kStages = static_cast<int>(fork_stage::checked) + 1;
-handlers g_stages[kStages];
-std::atomic<bool> g_stage_claimed[kStages];
+constinit handlers g_stages[kStages]{};
+constinit std::atomic<bool> g_stage_claimed[kStages]{};
 
-handlers g_allocators[kMaxForkAllocators];
-std::atomic<int> g_claimed{0};
+constinit handlers g_allocators[kMaxForkAllocators]{};
+constinit std::atomic<int> g_claimed{0};
 
 int installed() {
   const int n = g_claimed.load(std::memory_order_acquire);
@@ -68,7 +72,7 @@ void child() {
   after(true);
 }
 
-std::atomic<bool> g_registered{false};
+constinit std::atomic<bool> g_registered{false};
 
 // Priority 101: before libpercpu's other constructors and before the program's, so that the
 // program's own prepare handlers run before this one.
