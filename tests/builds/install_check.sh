@@ -51,6 +51,12 @@ libdir=$(PKG_CONFIG_PATH="$pcdir" pkg-config --variable=libdir percpu)
 # shellcheck disable=SC2086
 "$cxx" -std=c++20 -include "$work/all_headers.h" "$src/tests/builds/install_check/main.cpp" $flags \
   -lpercpu_malloc -Wl,-rpath,"$libdir" -o "$work/pc_check"
+# The package's flags leave the standard to the program: a C++23 build stays C++23.
+printf '#include <percpu/percpu.h>\nstatic_assert(__cplusplus > 202002L, "the flags lowered the standard");\nint main() {}\n' \
+  >"$work/std_check.cpp"
+# shellcheck disable=SC2086
+"$cxx" -std=c++2b "$work/std_check.cpp" $flags -o "$work/std_check" ||
+  { echo "FAIL: pkg-config's flags turned a C++23 build into an older standard"; exit 1; }
 "$work/pc_check"
 
 printf '#include <percpu/malloc.h>\nint main(void) { percpu_malloc_stats_print(-1); return 0; }\n' \

@@ -12,6 +12,6 @@ cmake --build "$work/cmake" >"$work/log" 2>&1 || { cat "$work/log"; exit 1; }
 "$work/cmake/package_check"
 flags=$(PKG_CONFIG_PATH="$build" pkg-config --cflags --libs percpu)
 # shellcheck disable=SC2086
-"$cxx" "$src/tests/builds/package_check/main.cpp" $flags -Wl,-rpath,"$build" -o "$work/pc_check"
+"$cxx" -std=c++20 "$src/tests/builds/package_check/main.cpp" $flags -Wl,-rpath,"$build" -o "$work/pc_check"
 "$work/pc_check"
 echo "build tree package: cmake and pkg-config both found percpu"

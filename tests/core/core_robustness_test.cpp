@@ -46,8 +46,8 @@ void expect_exact_counts(const percpu::test::view_run& r) {
     EXPECT_TRUE(contains(r.out, line)) << r.out;
 }
 
-// The reproduction: sysfs says the machine has CPU 0 only, the program runs on CPU 1.
-// Before the fix the counter read back 0 (its adds went past the single slot).
+// A container whose sysfs hides CPUs: sysfs says the machine has CPU 0 only, the program runs on
+// CPU 1. Before the fix the counter read back 0 (its adds went past the single slot).
 TEST(IndexSpace, SysfsShowingFewerCpusThanTheKernelHas) {
   const int cpu = second_cpu();
   if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
@@ -78,7 +78,7 @@ TEST(IndexSpace, ACpuIdThatAppearsAfterStartupSwitchesToFallbackMode) {
   }
 }
 
-// The stress reproduction: under the same view, the short stress lost hundreds of
+// The same view under stress: before the fix, the short stress lost hundreds of
 // thousands of updates and crashed in the memcpy buffer's child.
 TEST(IndexSpace, StressUnderASysfsViewOfOneCpu) {
   if (second_cpu() < 1) GTEST_SKIP() << "needs a second CPU";
@@ -99,7 +99,7 @@ TEST(IndexSpace, SizedFromEverySourceThatBoundsIt) {
   const row rows[] = {
       {{0, 1}, {0, 1}, {0, 1}, "sysfs", 64, 2, false},      // all agree: tight
       {{0, 1, 2, 3}, {0, 1}, {1}, "sysfs", 64, 4, false},   // spare possible CPUs
-      {{0}, {0}, {1}, "sysfs", 64, 64, true},               // the container
+      {{0}, {0}, {1}, "sysfs", 64, 64, true},               // the container above
       {{0}, {0, 1, 2}, {0}, "sysfs", 64, 64, true},         // online beyond possible
       {{0}, {0}, {5}, "sysfs", 0, 6, true},                 // no kernel limit: what we saw
       {{0, 1}, {0, 1}, {0, 1}, "sysconf", 128, 128, true},  // no sysfs list at all
@@ -282,7 +282,7 @@ class cpuset_of_cpu0 {
   std::string dir_, procs_, why_;
 };
 
-// The third reproduction: membarrier denied, the process in a cpuset holding CPU 0
+// Membarrier denied, the process in a cpuset holding CPU 0
 // only. Drains of CPU 1 ended the stress in std::terminate; they are fenced by observation
 // now (no thread can run there), and nothing is lost.
 TEST(RemoteDrain, StressInACpusetOfOneCpuWithoutMembarrier) {
