@@ -3,7 +3,6 @@
 #include "fork_order.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 
 #include <atomic>
@@ -24,9 +23,8 @@ struct handlers {
   std::atomic<bool> ready{false};  // set once the three pointers above are written
 };
 
-constexpr int kStages = static_cast<int>(fork_stage::checked) + 1;
+constexpr int kStages = static_cast<int>(fork_stage::runtime) + 1;
 constinit handlers g_stages[kStages]{};
-constinit std::atomic<bool> g_stage_claimed[kStages]{};
 
 constinit handlers g_allocators[kMaxForkAllocators]{};
 constinit std::atomic<int> g_claimed{0};
@@ -43,8 +41,15 @@ void run(void (*handler)()) {
 // The forking thread's signal mask before the prepare handler (restored in parent and child).
 __attribute__((tls_model("initial-exec"))) thread_local sigset_t t_saved_mask;
 
+// Held from prepare() to after(), and by every change of the tables: a stage or an allocator
+// set while a fork is in progress would otherwise be unlocked by after() without having been
+// locked by prepare() (the first pool, built while another thread forks, did that). A thread
+// that sets one waits for the fork to end, as pthread_atfork() itself does.
+pthread_mutex_t g_tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void prepare() {
   block_all_signals(t_saved_mask);
+  pthread_mutex_lock(&g_tables_lock);
   for (handlers& s : g_stages)
     if (s.ready.load(std::memory_order_acquire)) run(s.prepare);
   for (int i = installed() - 1; i >= 0; --i)
@@ -62,6 +67,7 @@ void after(bool child) {
     const handlers& s = g_stages[i];
     if (s.ready.load(std::memory_order_acquire)) run(child ? s.child : s.parent);
   }
+  pthread_mutex_unlock(&g_tables_lock);
   restore_signals(t_saved_mask);
 }
 
@@ -90,27 +96,32 @@ void register_fork_stages() noexcept {
 void set_fork_handlers(fork_stage stage, void (*prepare_handler)(), void (*parent_handler)(),
                        void (*child_handler)()) noexcept {
   const int i = static_cast<int>(stage);
-  if (g_stage_claimed[i].exchange(true, std::memory_order_acq_rel)) {
-    // Another thread is setting them: return once it has, as a once-only call would.
-    while (!g_stages[i].ready.load(std::memory_order_acquire)) sched_yield();
-    return;
-  }
-  g_stages[i].prepare = prepare_handler;
-  g_stages[i].parent = parent_handler;
-  g_stages[i].child = child_handler;
-  g_stages[i].ready.store(true, std::memory_order_release);
+  if (g_stages[i].ready.load(std::memory_order_acquire)) return;  // set already
   register_fork_stages();
+  pthread_mutex_lock(&g_tables_lock);
+  if (!g_stages[i].ready.load(std::memory_order_relaxed)) {
+    g_stages[i].prepare = prepare_handler;
+    g_stages[i].parent = parent_handler;
+    g_stages[i].child = child_handler;
+    g_stages[i].ready.store(true, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_tables_lock);
 }
 
 bool add_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),
                                  void (*child_handler)()) noexcept {
-  const int i = g_claimed.fetch_add(1, std::memory_order_acq_rel);
-  if (i >= kMaxForkAllocators) return false;
-  g_allocators[i].prepare = prepare_handler;
-  g_allocators[i].parent = parent_handler;
-  g_allocators[i].child = child_handler;
-  g_allocators[i].ready.store(true, std::memory_order_release);
-  return true;
+  pthread_mutex_lock(&g_tables_lock);
+  const int i = g_claimed.load(std::memory_order_relaxed);
+  const bool added = i < kMaxForkAllocators;
+  if (added) {
+    g_allocators[i].prepare = prepare_handler;
+    g_allocators[i].parent = parent_handler;
+    g_allocators[i].child = child_handler;
+    g_allocators[i].ready.store(true, std::memory_order_release);
+    g_claimed.store(i + 1, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_tables_lock);
+  return added;
 }
 
 }  // namespace percpu::detail

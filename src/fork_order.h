@@ -2,8 +2,8 @@
 // hold is taken before fork() in one fixed order and released after it, by the one handler
 // this registry installs with pthread_atfork().
 //
-// The order: pools, the runtime (switch, info and dense-id mutexes), the remote guard, the
-// checked table, then allocators built on percpu (percpu malloc), then fallback mode's stripes.
+// The order: pools, the remote guard, the checked table, the runtime (switch, info and dense-id
+// mutexes), then allocators built on percpu (percpu malloc), then fallback mode's stripes.
 // Threads call malloc while holding the library's own locks (a pool drain, a switch to fallback
 // mode, a thread's first dense id): a fork() that took the allocator's locks first would wait
 // for such a thread while it waits for the allocator. So the allocator's locks are taken after
@@ -26,11 +26,13 @@ namespace percpu::detail {
 
 /// The library's own fork stages, in the order their prepare handlers run (their parent and
 /// child handlers run in the reverse order, after the allocators' and the stripes').
-enum class fork_stage { pools, runtime, remote, checked };
+enum class fork_stage { pools, remote, checked, runtime };
 
 /// Sets the handlers of `stage`; the first call for a stage counts, later ones are ignored. Any
-/// of the three may be null. Safe to call from any thread at any time: a fork() that starts
-/// before the handlers are set runs none of them (whatever they would lock did not exist yet).
+/// of the three may be null. Safe to call from any thread at any time: a call made while
+/// another thread forks waits until that fork's handlers have all run (so a fork runs either
+/// all three of a stage's handlers or none), and a fork() that starts before the handlers are
+/// set runs none of them (whatever they would lock did not exist yet). Not from a fork handler.
 void set_fork_handlers(fork_stage stage, void (*prepare)(), void (*parent)(),
                        void (*child)()) noexcept;
 

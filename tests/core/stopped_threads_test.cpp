@@ -132,6 +132,44 @@ TEST(StoppedThreads, ChildrenForkedWhileThreadsAreInsideEveryCallCanMakeEveryCal
   EXPECT_EQ(rc, 0) << "children that failed or hung: see the child's status";
 }
 
+// The runtime's mutexes (registration info, dense ids) are held across fork(): a child forked
+// while other threads read the registration and start threads that take a dense id reads both
+// itself. (The fork registry's tables were once initialized after initialize() had set the
+// runtime's stage, which then never ran: a child inherited a held info mutex and hung.)
+TEST(StoppedThreads, ChildrenForkedWhileThreadsReadTheRegistrationCanReadIt) {
+  const int rc = in_child(
+      [] {
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 2; ++t)
+          threads.emplace_back([&] {
+            while (!stop.load(std::memory_order_relaxed)) (void)percpu::registration();
+          });
+        threads.emplace_back([&] {
+          while (!stop.load(std::memory_order_relaxed))
+            std::thread([] { percpu::counter<long, index_mode::mm_cid>().add(1); }).join();
+        });
+        int failed = 0;
+        for (int i = 0; i < 300; ++i) {
+          const pid_t pid = fork();
+          if (pid == 0) {
+            alarm(10);
+            (void)percpu::registration();
+            std::thread([] { percpu::counter<long, index_mode::mm_cid>().add(1); }).join();
+            _exit(0);
+          }
+          int st = 0;
+          waitpid(pid, &st, 0);
+          failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        }
+        stop = true;
+        for (std::thread& t : threads) t.join();
+        return failed == 0 ? 0 : 10;
+      },
+      60);
+  EXPECT_EQ(rc, 0) << "children that failed or hung: see the child's status";
+}
+
 // ---- cancellation ----
 
 TEST(StoppedThreads, CancellingAThreadInsideMallocIntrospectionEndsOnlyThatThread) {
