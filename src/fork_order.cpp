@@ -16,23 +16,27 @@ namespace {
 // any code runs. initialize() sets the runtime's stage from the first malloc call of a program
 // under percpu malloc's preload, before this file's dynamic initializers would have run; a
 // table initialized dynamically would then clear that stage's `ready` after it was set.
+// Written under g_tables_lock (below), which fork's handlers hold too; `ready` lets
+// set_fork_handlers() see a set stage without taking the lock (a pool's constructor).
 struct handlers {
   void (*prepare)() = nullptr;
   void (*parent)() = nullptr;
   void (*child)() = nullptr;
   std::atomic<bool> ready{false};  // set once the three pointers above are written
+
+  void set(void (*prepare_handler)(), void (*parent_handler)(), void (*child_handler)()) {
+    prepare = prepare_handler;
+    parent = parent_handler;
+    child = child_handler;
+    ready.store(true, std::memory_order_release);
+  }
 };
 
 constexpr int kStages = static_cast<int>(fork_stage::runtime) + 1;
 constinit handlers g_stages[kStages]{};
 
 constinit handlers g_allocators[kMaxForkAllocators]{};
-constinit std::atomic<int> g_claimed{0};
-
-int installed() {
-  const int n = g_claimed.load(std::memory_order_acquire);
-  return n < kMaxForkAllocators ? n : kMaxForkAllocators;
-}
+constinit int g_allocator_count = 0;  // under g_tables_lock
 
 void run(void (*handler)()) {
   if (handler != nullptr) handler();
@@ -52,17 +56,14 @@ void prepare() {
   pthread_mutex_lock(&g_tables_lock);
   for (handlers& s : g_stages)
     if (s.ready.load(std::memory_order_acquire)) run(s.prepare);
-  for (int i = installed() - 1; i >= 0; --i)
-    if (g_allocators[i].ready.load(std::memory_order_acquire)) run(g_allocators[i].prepare);
+  for (int i = g_allocator_count - 1; i >= 0; --i) run(g_allocators[i].prepare);
   fallback_locks_before_fork();
 }
 
 void after(bool child) {
   fallback_locks_after_fork();
-  for (int i = 0, n = installed(); i < n; ++i) {
-    const handlers& a = g_allocators[i];
-    if (a.ready.load(std::memory_order_acquire)) run(child ? a.child : a.parent);
-  }
+  for (int i = 0; i < g_allocator_count; ++i)
+    run(child ? g_allocators[i].child : g_allocators[i].parent);
   for (int i = kStages - 1; i >= 0; --i) {
     const handlers& s = g_stages[i];
     if (s.ready.load(std::memory_order_acquire)) run(child ? s.child : s.parent);
@@ -99,27 +100,16 @@ void set_fork_handlers(fork_stage stage, void (*prepare_handler)(), void (*paren
   if (g_stages[i].ready.load(std::memory_order_acquire)) return;  // set already
   register_fork_stages();
   pthread_mutex_lock(&g_tables_lock);
-  if (!g_stages[i].ready.load(std::memory_order_relaxed)) {
-    g_stages[i].prepare = prepare_handler;
-    g_stages[i].parent = parent_handler;
-    g_stages[i].child = child_handler;
-    g_stages[i].ready.store(true, std::memory_order_release);
-  }
+  if (!g_stages[i].ready.load(std::memory_order_relaxed))
+    g_stages[i].set(prepare_handler, parent_handler, child_handler);
   pthread_mutex_unlock(&g_tables_lock);
 }
 
 bool add_allocator_fork_handlers(void (*prepare_handler)(), void (*parent_handler)(),
                                  void (*child_handler)()) noexcept {
   pthread_mutex_lock(&g_tables_lock);
-  const int i = g_claimed.load(std::memory_order_relaxed);
-  const bool added = i < kMaxForkAllocators;
-  if (added) {
-    g_allocators[i].prepare = prepare_handler;
-    g_allocators[i].parent = parent_handler;
-    g_allocators[i].child = child_handler;
-    g_allocators[i].ready.store(true, std::memory_order_release);
-    g_claimed.store(i + 1, std::memory_order_release);
-  }
+  const bool added = g_allocator_count < kMaxForkAllocators;
+  if (added) g_allocators[g_allocator_count++].set(prepare_handler, parent_handler, child_handler);
   pthread_mutex_unlock(&g_tables_lock);
   return added;
 }
