@@ -45,8 +45,12 @@ done
 # without the view; the x86-64 runs take 0.4 s either way), and the run of `percpu bench ops`
 # (timing under emulation measures nothing; its x86-64 run checks that it completes), and the
 # stopped-threads fork tests (hundreds of forks; the fork handlers are the same C++ on both
-# architectures, and user mode runs the one that needs no second program).
-user_filter='-MallocAllocatorDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*:ProcessEvents.CPrograms*:StoppedThreads.ChildrenForkedDuringMalloc*:StoppedThreads.Cancelling*:StoppedThreads.AWorkerPool*:StoppedThreads.MallocsBackground*'
+# architectures, and user mode runs the one that needs no second program). User mode leaves out
+# the fork test whose other threads start threads while it forks: qemu-user's own state breaks in
+# such a child (qemu asserts `cpu == current_cpu` and in qemu_plugin_vcpu_init_hook; the child
+# hangs or dies, on every run), which says nothing about percpu; x86-64 runs it, and the VM with
+# --full.
+user_filter='-MallocAllocatorDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*:ProcessEvents.CPrograms*:StoppedThreads.ChildrenForkedDuringMalloc*:StoppedThreads.ChildrenForkedWhileThreadsRead*:StoppedThreads.Cancelling*:StoppedThreads.AWorkerPool*:StoppedThreads.MallocsBackground*'
 vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.ABreakpoint*:IndexSpace.StressUnder*:Cli.BenchOps*:StoppedThreads.ChildrenForked*'
 # The single-step test takes about 200 s under emulation (2 ms a step): the glibc-area pass runs
 # it, the percpu-area pass leaves it to --full.
