@@ -2,8 +2,9 @@
 // per-CPU caches' refills and flushes usually end), and a central free list of spans carved into
 // objects, which takes spans from the page heap and gives empty ones back.
 //
-// Thread safety: one lock per size class. Nothing here calls malloc, and all state is
-// zero-initialized at load (usable before constructors run).
+// Thread safety: two locks per size class, one for its transfer cache and one for its spans
+// (never held together but across fork and for statistics). Nothing here calls malloc, and all
+// state is zero-initialized at load (usable before constructors run).
 #pragma once
 
 #include <cstddef>
@@ -46,10 +47,10 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
 std::size_t central_release_transfer(std::size_t cls) noexcept;
 
 /// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes
-/// the class's lock).
+/// the class's locks).
 central_stats central_stats_of(std::size_t cls) noexcept;
 
-/// Every class's lock, taken across fork() by the allocator's fork handlers.
+/// Every class's locks, taken across fork() by the allocator's fork handlers.
 void central_lock_all() noexcept;
 void central_unlock_all() noexcept;
 
