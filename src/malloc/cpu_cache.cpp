@@ -28,12 +28,8 @@ std::atomic<int> g_indices{0};  // every initializing thread stores the same val
 
 std::size_t g_budget = kDefaultCacheBudget;  // set by the first cache_init()
 
-constexpr std::size_t max_stack_entries() {
-  std::size_t m = 0;
-  for (std::size_t c = 1; c < kClassCount; ++c) m = std::max(m, cache_max_capacity(c));
-  return m;
-}
-constexpr std::size_t kMaxStackEntries = max_stack_entries();
+// Entries trim_stack() moves per fence: its copy lives on the caller's stack (2 KiB).
+constexpr std::size_t kTrimChunk = 256;
 
 // PERCPU_MALLOC_CPU_CACHE_BYTES: decimal digits only, at most 2^40; anything else keeps the
 // default and says so once on stderr (without allocating).
@@ -284,10 +280,11 @@ std::uint64_t cache_fingerprint(int index) noexcept {
 
 namespace {
 
-// Moves the entries of `cls`'s stack on `index` above `keep` to the central lists: closes the
-// count, fences the index, copies them out, reopens with the lower count. Returns how many it
-// moved; -1 when no fence is available or another remote operation is in progress (nothing
-// moved).
+// Moves the entries of `cls`'s stack on `index` above `keep` to the central lists, at most
+// kTrimChunk a round: closes the count, fences the index, copies the top entries out, reopens
+// with the lower count. Returns how many it moved; -1 when no fence is available or another
+// remote operation is in progress before anything moved (a later round that cannot go on ends
+// the trim with what it moved; the next pass retries).
 std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept {
   // Without the membarrier RSEQ fence, fence_index() would move this thread over the CPUs
   // (a migration sweep): not something malloc may do to a caller's affinity.
@@ -295,23 +292,29 @@ std::ptrdiff_t trim_stack(int index, std::size_t cls, std::size_t keep) noexcept
   std::intptr_t* w = stack_of(index, cls);
   if (!resident(w)) return 0;  // never touched: empty
   const auto k = static_cast<std::intptr_t>(keep);
-  if ((__atomic_load_n(w, __ATOMIC_ACQUIRE) & ~percpu::detail::kCountClosed) <= k) return 0;
-  void* taken[kMaxStackEntries];
-  std::intptr_t n = 0, moved = 0;
-  {
-    // Never waits for another remote operation: this may run inside malloc called from one
-    // (percpu::pool's drain allocates while it holds its section); the next pass retries.
-    percpu::detail::remote_section remote(std::try_to_lock);
-    if (!remote.owns()) return -1;
-    if (percpu::detail::try_close_count<kMode>(w, index, n)) return -1;
-    // Closed and fenced: no section on this index can commit until the count is stored.
-    for (std::intptr_t j = k; j < n; ++j) taken[moved++] = reinterpret_cast<void*>(w[1 + j]);
-    __atomic_store_n(w, std::min(n, k), __ATOMIC_RELEASE);
-  }
-  // In whole batches where possible: they stop in the transfer cache.
   const auto batch = static_cast<std::intptr_t>(kClasses[cls].batch);
-  for (std::intptr_t j = 0; j < moved; j += batch)
-    central_insert(cls, taken + j, static_cast<std::size_t>(std::min(batch, moved - j)));
+  std::intptr_t moved = 0;
+  for (;;) {
+    if ((__atomic_load_n(w, __ATOMIC_ACQUIRE) & ~percpu::detail::kCountClosed) <= k) break;
+    void* taken[kTrimChunk];
+    std::intptr_t n = 0, now = 0;
+    {
+      // Never waits for another remote operation: this may run inside malloc called from one
+      // (percpu::pool's drain allocates while it holds its section); the next pass retries.
+      percpu::detail::remote_section remote(std::try_to_lock);
+      if (!remote.owns() || percpu::detail::try_close_count<kMode>(w, index, n))
+        return moved != 0 ? moved : -1;
+      // Closed and fenced: no section on this index can commit until the count is stored.
+      const std::intptr_t low = std::max(k, n - static_cast<std::intptr_t>(kTrimChunk));
+      for (std::intptr_t j = low; j < n; ++j) taken[now++] = reinterpret_cast<void*>(w[1 + j]);
+      __atomic_store_n(w, std::min(n, low), __ATOMIC_RELEASE);
+    }
+    // In whole batches where possible: they stop in the transfer cache.
+    for (std::intptr_t j = 0; j < now; j += batch)
+      central_insert(cls, taken + j, static_cast<std::size_t>(std::min(batch, now - j)));
+    moved += now;
+    if (now == 0) break;
+  }
   return moved;
 }
 

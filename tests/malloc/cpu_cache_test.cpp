@@ -9,6 +9,7 @@
 #include "malloc/cpu_cache.h"
 #include "malloc/maintenance.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -169,6 +170,43 @@ TEST(MallocCpuCache, DrainMovesAnIndexsObjectsToTheCentralLists) {
   std::vector<void*> again;
   for (int i = 0; i < 6; ++i) again.push_back(percpu::malloc_impl::allocate(80));
   for (void* p : again) percpu::malloc_impl::deallocate(p);
+}
+
+TEST(MallocCpuCache, DrainMovesADeepStackInRoundsAndLosesNothing) {
+  ASSERT_TRUE(cache_init());
+  if (!percpu::rseq_active()) GTEST_SKIP() << "fallback mode";
+  ASSERT_GT(cache_max_capacity(kClass), 1000u) << "a class of the deep stacks";
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  std::thread t([&] {
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    percpu::current_cpu();
+    empty_all();
+    while (cache_note_miss(kClass)) {
+    }
+    // 1,500 live objects freed into one stack: a drain moves them 256 at a time, each round
+    // closing and fencing the stack again.
+    std::vector<void*> objects;
+    for (int i = 0; i < 1500; ++i) objects.push_back(percpu::malloc_impl::allocate(80));
+    const std::size_t before = cache_count(kClass);
+    for (void* p : objects) percpu::malloc_impl::deallocate(p);
+    const std::size_t cached = cache_count(kClass);
+    ASSERT_GT(cached, 1000u + before) << "the frees stayed in the stack";
+    const int index = percpu::current_mm_cid() >= 0 ? percpu::current_mm_cid() : 0;
+    std::size_t moved = 0;
+    for (int i = 0; i < cache_indices(); ++i) moved += cache_drain(i);
+    EXPECT_EQ(moved, cached);
+    EXPECT_EQ(cache_count(kClass), 0u);
+    EXPECT_EQ(cache_capacity_of(index, kClass), 0u) << "an idle index gives its budget back";
+    // Every object comes back, once: the central lists hold each of them once.
+    std::vector<void*> again;
+    for (int i = 0; i < 1500; ++i) again.push_back(percpu::malloc_impl::allocate(80));
+    std::sort(again.begin(), again.end());
+    EXPECT_EQ(std::adjacent_find(again.begin(), again.end()), again.end()) << "handed out twice";
+    for (void* p : again) percpu::malloc_impl::deallocate(p);
+  });
+  t.join();
 }
 
 TEST(MallocCpuCache, MaintenanceDrainsOnlyIndicesThatStayIdle) {
