@@ -24,17 +24,15 @@ using pagemap::kLeafEntries;
 // free list each; longer free spans share one list.
 constexpr std::size_t kRegionPages = 2048;
 constexpr std::size_t kExactLists = 128;
-
 constexpr std::size_t kMetaBlock = std::size_t{1} << 20;
 
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 // Guarded by g_lock:
-// Free spans, by their region's kind (span::huge_region), doubly linked:
-span* g_free_exact[2][kExactLists + 1];  // by pages
-span* g_free_long[2];                    // longer than kExactLists pages
-span* g_spare_spans;                     // recycled span structs
-char* g_meta_next;                       // bump pointer of the current metadata block
+span* g_free_exact[kExactLists + 1];  // by pages, doubly linked
+span* g_free_long;                    // longer than kExactLists pages
+span* g_spare_spans;                  // recycled span structs
+char* g_meta_next;                    // bump pointer of the current metadata block
 char* g_meta_end;
 void* g_meta_free[21];  // recycled metadata blocks by log2 size (16 B .. 1 MiB)
 page_heap_stats g_stats;
@@ -45,26 +43,25 @@ class locked : counted_lock {
   locked() : counted_lock(&g_lock) {}
 };
 
-// Maps `bytes` aligned on `alignment` (a power of two, at least a page of the page heap; mmap
-// aligns on the kernel's 4 KiB page).
+// Maps `bytes` aligned on a page of the page heap (mmap aligns on the kernel's 4 KiB page).
 // Without MAP_NORESERVE: the kernel's commit accounting sees the region, so a request glibc's
 // malloc would be refused (beyond the overcommit heuristic or the strict commit limit) is
 // refused here too, with ENOMEM, instead of being granted and killing the process on touch.
-char* map_aligned(std::size_t bytes, std::size_t alignment = kPageSize) {
+char* map_aligned(std::size_t bytes) {
   void* raw =
-      mmap(nullptr, bytes + alignment, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      mmap(nullptr, bytes + kPageSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   if (raw == nullptr) {
     // Only where vm.mmap_min_addr is 0. Page 0 must hold no span: free(NULL) reads its pagemap
     // entry on the fast path (fast_path.h). Its first kernel page stays mapped and unused, so
     // the retry lands elsewhere.
-    munmap(static_cast<char*>(raw) + 4096, bytes + alignment - 4096);
-    return map_aligned(bytes, alignment);
+    munmap(static_cast<char*>(raw) + 4096, bytes + kPageSize - 4096);
+    return map_aligned(bytes);
   }
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t aligned = (start + alignment - 1) & ~(alignment - 1);
+  const std::uintptr_t aligned = (start + kPageSize - 1) & ~(kPageSize - 1);
   if (aligned > start) munmap(raw, aligned - start);
-  const std::uintptr_t end = start + bytes + alignment;
+  const std::uintptr_t end = start + bytes + kPageSize;
   if (end > aligned + bytes)
     munmap(reinterpret_cast<void*>(aligned + bytes), end - (aligned + bytes));
   return reinterpret_cast<char*>(aligned);
@@ -205,8 +202,7 @@ void page_heap_t::delete_span(span* s) {
 }
 
 void page_heap_t::insert_free(span* s) {
-  span** list = s->pages <= kExactLists ? &g_free_exact[s->huge_region][s->pages]
-                                        : &g_free_long[s->huge_region];
+  span** list = s->pages <= kExactLists ? &g_free_exact[s->pages] : &g_free_long;
   s->prev = nullptr;
   s->next = *list;
   if (*list != nullptr) (*list)->prev = s;
@@ -215,8 +211,7 @@ void page_heap_t::insert_free(span* s) {
 }
 
 void page_heap_t::remove_free(span* s) {
-  span** list = s->pages <= kExactLists ? &g_free_exact[s->huge_region][s->pages]
-                                        : &g_free_long[s->huge_region];
+  span** list = s->pages <= kExactLists ? &g_free_exact[s->pages] : &g_free_long;
   if (s->prev != nullptr) {
     s->prev->next = s->next;
   } else {
@@ -240,22 +235,17 @@ span* page_heap_t::span_for_mapping(char* base, std::size_t pages, span::state k
   return s;
 }
 
-// Maps a new region of at least `pages` pages as one free span (released: never touched); a
-// region for small spans (`huge`) is aligned on a huge page and advised for them (where the
-// kernel has no transparent huge pages, or they are off, the advice changes nothing). When the
-// kernel refuses (commit limit, RLIMIT_AS, vm.max_map_count), the address space cached in free
-// spans is given back and the mapping tried once more.
-span* page_heap_t::grow(std::size_t pages, bool huge) {
+// Maps a new region of at least `pages` pages as one free span (released: never touched). When
+// the kernel refuses (commit limit, RLIMIT_AS, vm.max_map_count), the address space cached in
+// free spans is given back and the mapping tried once more.
+span* page_heap_t::grow(std::size_t pages) {
   const std::size_t n = pages > kRegionPages ? pages : kRegionPages;
-  const std::size_t alignment = huge ? kHugePageBytes : kPageSize;
-  char* base = map_aligned(n << kPageShift, alignment);
-  if (base == nullptr && unmap_free_locked() != 0) base = map_aligned(n << kPageShift, alignment);
+  char* base = map_aligned(n << kPageShift);
+  if (base == nullptr && unmap_free_locked() != 0) base = map_aligned(n << kPageShift);
   if (base == nullptr) return nullptr;
-  if (huge) madvise(base, n << kPageShift, MADV_HUGEPAGE);
   span* s = span_for_mapping(base, n, span::state::free);
   if (s == nullptr) return nullptr;
   s->released = true;
-  s->huge_region = huge;
   for (std::size_t i = 0; i < n; ++i) set_pagemap(s->first_page + i, s);
   if (span_of(base) != s || span_of(base + ((n - 1) << kPageShift)) != s) {
     munmap(base, n << kPageShift);  // no memory for a pagemap leaf
@@ -281,25 +271,22 @@ std::size_t page_heap_t::unmap_free_locked() {
       delete_span(s);
     }
   };
-  for (int huge = 0; huge < 2; ++huge) {
-    unmap_list(&g_free_long[huge]);
-    for (std::size_t n = 1; n <= kExactLists; ++n) unmap_list(&g_free_exact[huge][n]);
-  }
+  unmap_list(&g_free_long);
+  for (std::size_t n = 1; n <= kExactLists; ++n) unmap_list(&g_free_exact[n]);
   g_stats.unmapped += bytes;
   return bytes;
 }
 
 // A free span of exactly `pages` pages, taken off the free lists (split from a longer one, or
-// from a new region), from regions of the kind `huge` says; its kind is still free and its
-// `released` says whether it reads as zero.
-span* page_heap_t::take_free(std::size_t pages, bool huge) {
+// from a new region); its kind is still free and its `released` says whether it reads as zero.
+span* page_heap_t::take_free(std::size_t pages) {
   span* s = nullptr;
-  for (std::size_t n = pages; n <= kExactLists && s == nullptr; ++n) s = g_free_exact[huge][n];
+  for (std::size_t n = pages; n <= kExactLists && s == nullptr; ++n) s = g_free_exact[n];
   if (s == nullptr) {
-    for (span* c = g_free_long[huge]; c != nullptr; c = c->next)  // best fit among the long ones
+    for (span* c = g_free_long; c != nullptr; c = c->next)  // best fit among the long ones
       if (c->pages >= pages && (s == nullptr || c->pages < s->pages)) s = c;
   }
-  if (s == nullptr) s = grow(pages, huge);
+  if (s == nullptr) s = grow(pages);
   if (s == nullptr) return nullptr;
   remove_free(s);
   if (s->pages > pages) {
@@ -314,7 +301,6 @@ span* page_heap_t::take_free(std::size_t pages, bool huge) {
     taken->pages = pages;
     taken->kind = span::state::free;
     taken->released = s->released;
-    taken->huge_region = s->huge_region;
     taken->freed_ns = s->freed_ns;
     for (std::size_t i = 0; i < pages; ++i) set_pagemap(taken->first_page + i, taken);
     s->first_page += pages;
@@ -328,7 +314,7 @@ span* page_heap_t::take_free(std::size_t pages, bool huge) {
 span* page_heap_t::allocate_span(std::size_t pages, std::size_t cls) {
   if (pages == 0 || (cls != 0 && pages > 0xFF) || cls >= kClassCount) return nullptr;
   locked l;
-  span* s = take_free(pages, cls != 0 && g_stats.in_use >= kHugeRegionsFrom);
+  span* s = take_free(pages);
   if (s == nullptr) return nullptr;
   s->kind = span::state::small;
   s->size_class = static_cast<std::uint8_t>(cls);
@@ -400,20 +386,17 @@ void page_heap_t::enforce_free_bound_locked() {
 }
 
 // Coalesces free span `s` (off the lists) with the free neighbours in the same state (both
-// backed or both released) and of the same kind of region, and returns the result, off the
-// lists. Spans in different states stay apart: merging a backed span into a released one would
-// return its memory to the kernel (tcmalloc's old page heap did), and the next allocation of it
-// would fault on every page. Two regions the kernel placed side by side merge when of one kind.
+// backed or both released) and returns the result, off the lists. Spans in different states
+// stay apart: merging a backed span into a released one would return its memory to the kernel
+// (tcmalloc's old page heap did), and the next allocation of it would fault on every page.
 span* page_heap_t::merge_neighbours(span* s) {
-  auto mergeable = [s](const span* n) {
-    return n != nullptr && n->kind == span::state::free && n->released == s->released &&
-           n->huge_region == s->huge_region;
-  };
-  if (span* before = span_of(s->start() - 1); mergeable(before)) {
+  if (span* before = span_of(s->start() - 1);
+      before != nullptr && before->kind == span::state::free && before->released == s->released) {
     remove_free(before);
     s = join(before, s);
   }
-  if (span* after = span_of(s->start() + s->bytes()); mergeable(after)) {
+  if (span* after = span_of(s->start() + s->bytes());
+      after != nullptr && after->kind == span::state::free && after->released == s->released) {
     remove_free(after);
     s = join(s, after);
   }
@@ -428,7 +411,7 @@ span* page_heap_t::allocate_large(std::size_t bytes, std::size_t alignment, bool
   const std::size_t extra = alignment - kPageSize;  // room to move the user pointer up
   const std::size_t pages = (bytes + extra + kPageSize - 1) >> kPageShift;
   locked l;
-  span* s = take_free(pages, false);
+  span* s = take_free(pages);
   if (s == nullptr) return nullptr;
   zeroed = s->released;
   s->released = false;
@@ -474,8 +457,7 @@ bool page_heap_t::resize_large(const void* p, std::size_t bytes) {
     free_locked(tail);
   } else if (pages > s->pages) {  // grow into the free span right after, if it is big enough
     span* after = span_of(s->start() + s->bytes());
-    if (after == nullptr || after->kind != span::state::free || after->huge_region ||
-        s->pages + after->pages < pages)
+    if (after == nullptr || after->kind != span::state::free || s->pages + after->pages < pages)
       return false;
     const std::size_t need = pages - s->pages;
     remove_free(after);
@@ -526,11 +508,9 @@ std::size_t page_heap_t::release_locked(std::size_t keep_bytes, std::int64_t old
       s = next;
     }
   };
-  for (int huge = 0; huge < 2; ++huge) {
-    take_backed(&g_free_long[huge]);
-    for (std::size_t n = kExactLists; n >= 1 && g_stats.free > keep_bytes; --n)
-      take_backed(&g_free_exact[huge][n]);
-  }
+  take_backed(&g_free_long);
+  for (std::size_t n = kExactLists; n >= 1 && g_stats.free > keep_bytes; --n)
+    take_backed(&g_free_exact[n]);
   std::size_t released = 0;
   while (span* s = chain) {
     chain = s->next;

@@ -5,9 +5,7 @@
 // Large allocations (above the size classes) are spans of the same heap: carved from the same
 // regions, freed into the same coalescing free lists, so a freed block's memory is reused by the
 // next allocation of any size without a system call, and returned to the kernel by the same
-// decay. Growing one in place takes pages from the free span after it. The one exception: once
-// the heap is big (kHugeRegionsFrom), small spans come from regions of their own, backed by
-// huge pages, which large blocks never use.
+// decay. Growing one in place takes pages from the free span after it.
 //
 // Returning free memory (decay): a free span stays backed, ready for the next allocation
 // without a page fault, until it has been free for kDecayNs (release_older_than(), run by the
@@ -49,7 +47,6 @@ struct span {
   state kind = state::free;
   std::uint8_t size_class = 0;  ///< for small spans
   bool released = false;        ///< free and returned to the kernel (reads as zero when reused)
-  bool huge_region = false;     ///< in a region for small spans, advised for huge pages
   span* prev = nullptr;         ///< links of the list the span is on (free lists, central lists)
   span* next = nullptr;
   // Small spans: their objects' bookkeeping, kept by the central free list.
@@ -70,16 +67,6 @@ inline constexpr std::int64_t kDecayNs = 1'000'000'000;
 /// The least of free_bound(): backed free memory a free of a small span keeps however little
 /// is in use (bytes).
 inline constexpr std::size_t kFreeBoundFloor = std::size_t{8} << 20;
-
-/// Small spans come from regions of their own, aligned on kHugePageBytes and advised for
-/// transparent huge pages (madvise MADV_HUGEPAGE), once this much memory is in small spans
-/// (bytes): a heap of many live objects then reaches them through few TLB entries instead of a
-/// miss on almost every free (larson's 64 threads hold 64,000 blocks over 190 MiB). A smaller
-/// heap keeps 8 KiB granularity: a program with little data should not hold 2 MiB for it. Large
-/// blocks never come from these regions: a large block in a huge page is zeroed and faulted
-/// 2 MiB at a time. (tcmalloc's hugepage-aware allocator backs its small spans the same way.)
-inline constexpr std::size_t kHugeRegionsFrom = std::size_t{32} << 20;
-inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
 /// Counters of the page heap, in bytes.
 struct page_heap_stats {
@@ -163,8 +150,8 @@ class page_heap_t {
   void delete_span(span* s);
   void insert_free(span* s);
   void remove_free(span* s);
-  span* grow(std::size_t pages, bool huge);
-  span* take_free(std::size_t pages, bool huge);
+  span* grow(std::size_t pages);
+  span* take_free(std::size_t pages);
   void free_locked(span* s);
   span* merge_neighbours(span* s);
   span* join(span* lo, span* hi);

@@ -232,50 +232,6 @@ TEST(MallocPageHeap, AFreedSpanStaysResidentBesideReleasedOnesUntilItIsReleasedT
   }
 }
 
-TEST(MallocPageHeap, SmallSpansOfABigHeapComeFromHugePageRegionsThatLargeBlocksNeverUse) {
-  page_heap_t& heap = page_heap();
-  constexpr std::size_t kClass = 1;
-  // Small spans of a class until the heap holds kHugeRegionsFrom in them: from then on a new
-  // span comes from a region aligned on a huge page.
-  std::vector<span*> held;
-  while (heap.stats().in_use < kHugeRegionsFrom + kHugePageBytes) {
-    span* s = heap.allocate_span(128, kClass);
-    ASSERT_NE(s, nullptr);
-    held.push_back(s);
-  }
-  span* small = heap.allocate_span(8, kClass);
-  ASSERT_NE(small, nullptr);
-  EXPECT_TRUE(small->huge_region);
-  for (span* s : held)
-    if (s->huge_region) {
-      // Its region is aligned on a huge page: its first span starts on one.
-      const span* first = s;
-      while (heap.span_of(first->start() - 1) != nullptr &&
-             heap.span_of(first->start() - 1)->huge_region)
-        first = heap.span_of(first->start() - 1);
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first->start()) % kHugePageBytes, 0u);
-      break;
-    }
-  char* small_start = small->start();
-  heap.free_span(small);
-  // Its pages stay in the huge-page region's free span: a large block takes other pages, and a
-  // span of no class (not a size class's) too.
-  ASSERT_NE(heap.span_of(small_start), nullptr);
-  EXPECT_TRUE(heap.span_of(small_start)->huge_region);
-  bool zeroed = false;
-  span* large = heap.allocate_large(3 * kPageSize, kPageSize, zeroed);
-  ASSERT_NE(large, nullptr);
-  EXPECT_FALSE(large->huge_region);
-  span* classless = heap.allocate_span(8);
-  ASSERT_NE(classless, nullptr);
-  EXPECT_FALSE(classless->huge_region);
-  // A large block never grows into a huge-page region's free pages, nor merges with them.
-  EXPECT_TRUE(heap.free_large(large->start() + large->offset));
-  heap.free_span(classless);
-  for (span* s : held) heap.free_span(s);
-  EXPECT_TRUE(heap.span_of(small_start)->huge_region);
-}
-
 TEST(MallocPageHeap, MetadataIsZeroedAndRecycled) {
   page_heap_t& heap = page_heap();
   auto* p = static_cast<unsigned char*>(heap.metadata_alloc(100));
