@@ -56,6 +56,7 @@ TEST(MallocAllocator, LiveObjectsAreDistinctAndFreedOnesReused) {
     live.push_back(allocate(48));
     ASSERT_TRUE(seen.insert(live.back()).second) << i;
   }
+  const std::size_t in_use = page_heap().stats().in_use;
   for (void* p : live) deallocate(p);
   std::size_t reused = 0;
   for (int i = 0; i < 5000; ++i) {
@@ -63,7 +64,12 @@ TEST(MallocAllocator, LiveObjectsAreDistinctAndFreedOnesReused) {
     reused += seen.count(p);
     live[static_cast<std::size_t>(i)] = p;
   }
-  EXPECT_GT(reused, 4000u);  // freed memory serves new allocations
+  // Freed memory serves new allocations: the second round takes no span the first did not
+  // (its 240 KB would need about 30 more). Which objects it gets depends on what earlier tests
+  // left free in the class's spans (served before the freed ones that went home to theirs), so
+  // only a share of them must be the same.
+  EXPECT_LE(page_heap().stats().in_use, in_use);
+  EXPECT_GT(reused, 1000u);
   for (void* p : live) deallocate(p);
 }
 
