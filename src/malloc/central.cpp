@@ -116,6 +116,12 @@ class emptied_spans {
   std::size_t n_ = 0;
 };
 
+// Takes the transfer cache's last batch (it has one) into `out`; under c.transfer_lock.
+void take_batch(class_state& c, void** out, std::size_t n) {
+  --c.batches;
+  std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
+}
+
 void give_back(class_state& c, void* p, const size_class_info& info, emptied_spans& emptied) {
   span* s = page_heap().span_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
@@ -141,8 +147,7 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept 
     locked l(c.transfer_lock);
     if (c.credit < kTransferCredit) ++c.credit;
     if (n == info.batch && c.batches > 0) {
-      --c.batches;
-      std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
+      take_batch(c, out, n);
       return n;
     }
   }
@@ -175,9 +180,8 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
       return;
     }
     if (c.credit == 0) {
-      --c.batches;
+      take_batch(c, cached, n);
       n_cached = n;
-      std::memcpy(cached, c.transfer[c.batches], n * sizeof(void*));
     }
   }
   locked l(c.span_lock);
@@ -200,8 +204,7 @@ std::size_t central_release_transfer(std::size_t cls) noexcept {
     {
       locked l(c.transfer_lock);
       if (c.batches == 0) break;
-      --c.batches;
-      std::memcpy(batch, c.transfer[c.batches], info.batch * sizeof(void*));
+      take_batch(c, batch, info.batch);
     }
     emptied_spans emptied;  // freed after the span lock is released
     locked l(c.span_lock);

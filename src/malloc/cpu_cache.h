@@ -29,21 +29,21 @@
 
 namespace percpu::malloc_impl {
 
-/// Classes up to this size (bytes) get the deepest per-CPU stacks (cache_max_capacity()).
-inline constexpr std::size_t kLargeCacheClassBytes = 128;
+/// Classes up to this size (bytes) get deep per-CPU stacks (cache_max_capacity()).
+inline constexpr std::size_t kDeepStackMaxClassBytes = 128;
 
 /// Room of class `cls`'s stack on each index, in entries: 32 transfer batches for classes up to
-/// 128 bytes (2,048 entries, as tcmalloc's per-CPU caches hold of its smallest classes: a
-/// program that allocates 1,600 small objects and frees them, as glibc's bench-malloc-simple
-/// does, no longer refills and flushes the stack in every round), four for the others, and at
-/// most 512 KiB of objects (but at least one batch). The index's byte budget bounds what the
-/// stacks hold together.
+/// kDeepStackMaxClassBytes (2,048 entries, as tcmalloc's per-CPU caches hold of its smallest
+/// classes: a program that allocates 1,600 small objects and frees them, as glibc's
+/// bench-malloc-simple does, no longer refills and flushes the stack in every round), four for the
+/// others, and at most 512 KiB of objects (but at least one batch). The index's byte budget bounds
+/// what the stacks hold together.
 constexpr std::size_t cache_max_capacity(std::size_t cls) {
   if (cls == 0) return 0;
   const std::size_t batch = kClasses[cls].batch;
   const std::size_t by_bytes = (512u << 10) / kClasses[cls].size;
   const std::size_t bound = by_bytes > batch ? by_bytes : batch;
-  const std::size_t batches = kClasses[cls].size <= kLargeCacheClassBytes ? 32 : 4;
+  const std::size_t batches = kClasses[cls].size <= kDeepStackMaxClassBytes ? 32 : 4;
   return batches * batch < bound ? batches * batch : bound;
 }
 
