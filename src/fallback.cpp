@@ -69,6 +69,13 @@ void fallback_locks_after_fork() noexcept {
   for (auto& st : g_stripes) st.locked.store(false, std::memory_order_release);
 }
 
+void fallback_grace() noexcept {
+  for (auto& st : g_stripes) {
+    while (st.locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
+    st.locked.store(false, std::memory_order_release);
+  }
+}
+
 bool prepare_fallback() noexcept {
   std::uint32_t mode = __atomic_load_n(&g_hot.fallback, __ATOMIC_ACQUIRE);
   if (mode == kUninitialized) {

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "cancel_disabled.h"
+#include "fallback_mode.h"
 #include "fence.h"
 #include "fork_order.h"
 #include "percpu/runtime.h"
@@ -81,6 +82,25 @@ void fence_index(index_mode mode, int index) {
   if (const std::error_code e = try_fence_index(mode, index))
     throw std::system_error(
         e, std::string("percpu::fence_index: ") + to_string(mode) + " " + std::to_string(index));
+}
+
+std::error_code try_fence_all() noexcept {
+  detail::initialize();
+  std::uint32_t mode = __atomic_load_n(&detail::g_hot.fallback, __ATOMIC_SEQ_CST);
+  if (mode != detail::kFallbackMode) {
+    detail::cancel_disabled no_cancel;
+    try {
+      if (!detail::fence_cpus(-1, kObservationLimitMs).empty())
+        return make_error_code(remote_errc::no_fence);
+    } catch (const std::bad_alloc&) {
+      return std::make_error_code(std::errc::not_enough_memory);
+    }
+    mode = __atomic_load_n(&detail::g_hot.fallback, __ATOMIC_SEQ_CST);
+  }
+  // No fallback operation begins before the process leaves rseq mode, and the mode never
+  // returns to it: still in rseq mode now, none is in flight.
+  if (mode != detail::kRseqMode) detail::fallback_grace();
+  return {};
 }
 
 namespace detail {

@@ -89,6 +89,18 @@ PERCPU_ALWAYS_INLINE current_result current_add(const Slots& slots, std::intptr_
   });
 }
 
+/// *slot += count on the calling thread's slot of `slots` while *gate is 0; miss when the gate
+/// is closed (nonzero). See arch::current_gated_add for the fence that closing pairs with.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_gated_add(const Slots& slots, const std::intptr_t* gate,
+                                                      std::intptr_t count) noexcept {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_gated_add<kCurrentField<M>, decltype(shift)::value>(off, t, gate, count);
+    });
+  });
+}
+
 /// if (*slot == expect) *slot = newv on the calling thread's slot of `slots`; miss when it
 /// differs. On commit, `word` is the slot and `index` its index.
 template <index_mode M, class Slots>

@@ -77,6 +77,21 @@ PERCPU_API std::error_code try_fence_index(index_mode mode, int index);
 /// fence is possible.
 PERCPU_API void fence_index(index_mode mode, int index);
 
+/// Fence for every index of both modes: when it returns, every critical section that a thread
+/// of this process was running when the call began has either committed or will restart at its
+/// abort handler, and every fallback-mode operation that had begun has finished. So a word
+/// that sections (or fallback operations) check before they commit, stored before the call,
+/// is seen by everything that commits after it: the grace period of percpu_rwsem's writers
+/// and percpu_ref's kill. Method as try_fence_index() for mm_cid (all CPUs at once with
+/// membarrier), plus, outside rseq mode, a pass over the fallback operations' locks. Costs
+/// one membarrier system call (microseconds; interrupts the CPUs that run this process's
+/// threads). Not async-signal-safe; not a cancellation point (cancellation is disabled while
+/// it reads /proc).
+///
+/// Returns an empty error_code when fenced, remote_errc::no_fence when no fence is possible,
+/// std::errc::not_enough_memory when the methods after membarrier could not allocate.
+PERCPU_API std::error_code try_fence_all() noexcept;
+
 namespace detail {
 
 /// Held for the duration of one remote operation. Remote operations of the process run one at a

@@ -13,3 +13,11 @@ void use_structures(percpu::counter<long, percpu::index_mode::mm_cid>& c,
   for (int i = 0; i < 100; ++i) c.add(1);
   percpu::spinlock<percpu::index_mode::cpu_id>::guard held(lock);
 }
+
+void use_read_mostly(percpu::percpu_rwsem<percpu::index_mode::mm_cid>& rwsem,
+                     percpu::percpu_ref<percpu::index_mode::cpu_id>& ref) {
+  rwsem.lock_shared();
+  rwsem.unlock_shared();
+  ref.get();
+  ref.put();
+}

@@ -38,6 +38,10 @@ int bench_ops(const bench_options& options);
 /// `percpu bench counter`: returns the process exit status.
 int bench_counter(const bench_options& options);
 
+/// `percpu bench readmostly`: percpu_rwsem and percpu_ref against the locks and counts programs
+/// use instead; returns the process exit status.
+int bench_readmostly(const bench_options& options);
+
 /// `percpu bench list`: returns the process exit status.
 int bench_list(const bench_options& options);
 

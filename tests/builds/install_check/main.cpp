@@ -53,6 +53,21 @@ int main() {
   expect(lock.is_locked(held), "spinlock");
   lock.unlock(held);
 
+  percpu::percpu_rwsem<kCid> rwsem;
+  rwsem.lock_shared();
+  expect(!rwsem.try_lock() && rwsem.readers() == 1, "percpu_rwsem read lock");
+  rwsem.unlock_shared();
+  rwsem.lock();
+  expect(!rwsem.try_lock_shared(), "percpu_rwsem write lock");
+  rwsem.unlock();
+
+  int released = 0;
+  percpu::percpu_ref<kCpu> ref([&] { ++released; });
+  ref.get();
+  ref.kill();
+  ref.put();
+  expect(released == 1 && ref.is_zero(), "percpu_ref");
+
   percpu::pool<kCpu> pool;
   auto hits = pool.allocate<std::intptr_t>();
   percpu::retry<kCpu>([&](int cpu) { return percpu::add<kCpu>(&hits[cpu], 1, cpu); });

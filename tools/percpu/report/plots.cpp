@@ -23,13 +23,16 @@ std::string quoted(const std::string& s) {
 
 const char* kTerminal = "reset\nset terminal pngcairo noenhanced size 900,540 font 'sans,10'\n";
 
-// Lines of ns per operation against threads, one per contender: counter and list.
-std::string scaling_plot(const suite_run& run, const std::string& title, std::ofstream& data) {
+// Lines of ns per operation against threads, one per contender: counter, list, and the parts of
+// readmostly (the results whose names start with `prefix`, drawn as `out`.png).
+std::string scaling_plot(const suite_run& run, const std::string& title, std::ofstream& data,
+                         const std::string& out, const std::string& prefix = "") {
   std::vector<std::string> names;
   std::set<int> threads;
   std::map<std::string, std::map<int, double>> ns;
   for (const auto& r : run.json["results"]) {
     const std::string name = r["name"];
+    if (name.rfind(prefix, 0) != 0) continue;
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     threads.insert(r["threads"].get<int>());
     ns[name][r["threads"].get<int>()] = r["median_ns"].get<double>();
@@ -45,7 +48,7 @@ std::string scaling_plot(const suite_run& run, const std::string& title, std::of
       data << " " << (ns[n].count(t) ? fmt::format("{:.4f}", ns[n][t]) : std::string("NaN"));
     data << "\n";
   }
-  const std::string file = "data/" + run.name + ".dat";
+  const std::string file = "data/" + out + ".dat";
   return fmt::format(
       "{}set output '{}.png'\nset title {}\nset xlabel 'threads'\nset ylabel 'ns per operation "
       "of the whole process (median, log scale)'\nset logscale xy\nset autoscale xfix\nset offsets "
@@ -53,7 +56,7 @@ std::string scaling_plot(const suite_run& run, const std::string& title, std::of
       "set key outside right\nset grid\nplot for [i=2:{}] '{}' using 1:i with linespoints lw 2 "
       "title columnheader(i)\n"
       "unset logscale\n",
-      kTerminal, run.name, quoted(title), names.size() + 1, file);
+      kTerminal, out, quoted(title), names.size() + 1, file);
 }
 
 std::string getcpu_plot(const suite_run& run, std::ofstream& data) {
@@ -197,10 +200,21 @@ std::vector<plot> make_plots(const std::string& dir, const std::vector<suite_run
           scaling_plot(*r,
                        std::string(name) == "counter" ? "Counter increment: scaling with threads"
                                                       : "Free list push+pop: scaling with threads",
-                       out);
+                       out, name);
       plots.push_back(
           {name, std::string(name) + ".png", std::string(name) + " scaling with threads"});
     }
+  if (const auto* r = find_run(runs, "readmostly"); r && r->json.contains("results")) {
+    const std::pair<const char*, const char*> parts[] = {
+        {"read", "Read lock + unlock of one lock shared by all threads"},
+        {"ref", "Reference count get + put, one count shared by all threads"}};
+    for (const auto& [part, title] : parts) {
+      const std::string out = std::string("readmostly_") + part;
+      auto file = data(out);
+      script += scaling_plot(*r, title, file, out, std::string(part) + ": ");
+      plots.push_back({"readmostly", out + ".png", std::string(title) + ", by threads"});
+    }
+  }
   if (const auto* r = find_run(runs, "pool"); r && r->json.contains("resident_bytes_per_counter")) {
     auto out = data("pool");
     script += pool_plot(*r, out);

@@ -369,6 +369,29 @@ std::string suite_sentence(const suite_run& run) {
           counter ? "increment" : "push+pop pair", counter ? "counter" : "free list", ns(*o1),
           ns(*a1), other, *a1 / *o1, most, ns(*on), ns(*an), *an / *on, ns(*sn), shared,
           flatness(j, ours));
+  } else if (run.name == "readmostly") {
+    const int cpus = j.value("cpus", 0);
+    const auto r1 = median_ns(j, "read: percpu_rwsem (cpu_id)"),
+               c1 = median_ns(j, "read: percpu counter add");
+    const auto rn = median_ns(j, "read: percpu_rwsem (cpu_id)", cpus),
+               pn = median_ns(j, "read: pthread_rwlock_t", cpus),
+               un = median_ns(j, "read: liburcu (urcu-memb)", cpus);
+    const auto gn = median_ns(j, "ref: percpu_ref (cpu_id)", cpus),
+               an = median_ns(j, "ref: one std::atomic", cpus);
+    const auto mix = j.value("writer_latency", nlohmann::json::object())
+                         .value("mix: percpu_rwsem (cpu_id)", nlohmann::json::object());
+    if (r1 && c1 && rn && pn && gn && an)
+      return fmt::format(
+          "A percpu_rwsem read lock + unlock takes {} at 1 thread ({:.1f}x one percpu counter "
+          "add); at {} threads (the CPUs) {} per operation of the process against {} for "
+          "pthread_rwlock_t ({:.1f}x){}. A percpu_ref get + put takes {} against {} for one "
+          "std::atomic ({:.1f}x). In the 99%-read mix a percpu_rwsem writer waits {} at the "
+          "median and {} at the 99th percentile; a writer that finds the per-CPU path open "
+          "fences every CPU, {} here with readers running.",
+          ns(*r1), *r1 / *c1, cpus, ns(*rn), ns(*pn), *pn / *rn,
+          un ? fmt::format(" and {} for liburcu's read side", ns(*un)) : std::string(), ns(*gn),
+          ns(*an), *an / *gn, ns(mix.value("median_ns", 0.0)), ns(mix.value("p99_ns", 0.0)),
+          ns(j.value("fence_ns", nlohmann::json::object()).value("readers_running", 0.0)));
   } else if (run.name == "pool") {
     if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
       const auto& last = j["resident_bytes_per_counter"].back();

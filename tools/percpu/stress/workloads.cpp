@@ -3,6 +3,8 @@
 #include <sched.h>
 
 #include <percpu/percpu.h>
+#include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <vector>
 #include "malloc/allocator.h"
@@ -362,6 +364,147 @@ class spinlock_workload final : public stress_workload {
   slot_array<guarded> data_;
 };
 
+// ---- percpu_rwsem: readers check a multi-word invariant that writers keep ----
+
+// Writers raise every word of one record by one, now and then off the CPU halfway; readers (and
+// the signal handler, with try_lock_shared()) check that the words are equal; the drainer takes
+// the write lock with try_lock() (a fence of every CPU each time). At the end each word must
+// equal the number of writes: a write lost or torn, or a reader that overlapped one, shows.
+template <index_mode M>
+class rwsem_workload final : public stress_workload {
+  static constexpr int kWords = 4;
+  static constexpr long kWriteEvery = 128;
+  static constexpr int kReadPause = 8, kWritePause = 64;
+
+ public:
+  explicit rwsem_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    if (i % kWriteEvery == 0) {
+      std::unique_lock<percpu_rwsem<M>> held(lock_);
+      write(i);
+      return;
+    }
+    std::shared_lock<percpu_rwsem<M>> held(lock_);
+    if (i % kYieldEvery == 1) sched_yield();  // hold it across a reschedule
+    check();
+  }
+  void signal_op() noexcept override {
+    // The interrupted thread may hold the write lock or wait for it: only try.
+    if (!lock_.try_lock_shared()) return;
+    check();
+    lock_.unlock_shared();
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {
+    const remote_result<bool> r = lock_.try_lock_or_error();
+    if (!tally_.count_drain(r.error) || !r.value) return;
+    write(1);
+    lock_.unlock();
+  }
+  bool child_check() override {
+    // A lock a worker held at fork time stays held in the child: only try.
+    if (!lock_.try_lock_shared()) return true;
+    const bool ok = equal();
+    lock_.unlock_shared();
+    return ok;
+  }
+  void verify(stress_result& r) override {
+    const std::uint64_t writes = writes_.load();
+    for (const auto& w : words_)
+      if (w != writes) ++r.corrupt;
+    if (lock_.readers() != 0) ++r.corrupt;
+  }
+
+ private:
+  // Reads the first word, waits a little (a writer overlapping the read would move it), and
+  // compares every word with it.
+  bool equal() const {
+    const std::uint64_t first = __atomic_load_n(&words_[0], __ATOMIC_RELAXED);
+    pause(kReadPause);
+    for (const auto& w : words_)
+      if (__atomic_load_n(&w, __ATOMIC_RELAXED) != first) return false;
+    return true;
+  }
+  static void pause(int n) {
+    for (int k = 0; k < n; ++k) PERCPU_CPU_RELAX();
+  }
+  void check() {
+    if (!equal()) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+  void write(long i) {
+    for (int k = 0; k < kWords; ++k) {
+      __atomic_store_n(&words_[k], __atomic_load_n(&words_[k], __ATOMIC_RELAXED) + 1,
+                       __ATOMIC_RELAXED);
+      if (k == kWords / 2 && i % (kYieldEvery * kWriteEvery) == 0) sched_yield();
+      pause(kWritePause);  // a long write: a reader let in during it cannot miss it
+    }
+    writes_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  stress_tally& tally_;
+  percpu_rwsem<M> lock_;
+  std::uint64_t words_[kWords] = {};
+  std::atomic<std::uint64_t> writes_{0};
+};
+
+// ---- percpu_ref: gets and puts while the drainer kills and resurrects ----
+
+// Each worker holds one reference for the whole run (taken here), so the count may never reach
+// zero before verify(); workers and the signal handler get and put around it, and the drainer
+// kills the count and resurrects it, over and over, so gets and puts race the switch between
+// per-CPU and atomic mode. At the end the workers' references go: the callback must then have
+// run exactly once, and not before.
+template <index_mode M>
+class ref_workload final : public stress_workload {
+ public:
+  ref_workload(int threads, stress_tally& tally) : tally_(tally), base_(threads) {
+    for (int t = 0; t < threads; ++t) ref_.get();
+  }
+  void op(long i) override {
+    if (i & 1) {
+      ref_.get();
+    } else if (!ref_.tryget_live() && !ref_.tryget()) {
+      tally_.corrupt.fetch_add(1, std::memory_order_relaxed);  // zero while references are held
+      return;
+    }
+    if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+    ref_.put();
+  }
+  void signal_op() noexcept override {
+    ref_.get();
+    ref_.put();
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {
+    std::lock_guard<std::mutex> one(switching_);
+    if (ref_.is_dying()) {
+      ref_.resurrect();
+      return;
+    }
+    tally_.count_drain(ref_.try_kill());
+  }
+  bool child_check() override {
+    ref_.get();
+    ref_.put();
+    return released_.load() == 0;
+  }
+  void verify(stress_result& r) override {
+    if (released_.load() != 0) ++r.corrupt;  // released while the workers held references
+    if (!ref_.is_dying()) ref_.kill();
+    for (int t = 0; t < base_; ++t) ref_.put();
+    const int released = released_.load();
+    if (released == 0) r.lost = 1;  // a put that never counted, or a get that did
+    if (released > 1) r.duplicated = static_cast<std::uint64_t>(released - 1);
+  }
+
+ private:
+  stress_tally& tally_;
+  int base_;
+  std::atomic<int> released_{0};
+  percpu_ref<M> ref_{[this] { released_.fetch_add(1); }};
+  std::mutex switching_;
+};
+
 // ---- pool: objects allocated and freed through the per-CPU caches, handed between threads ----
 // Every object must come zeroed in every slot and be held by one owner at a time (its tag in
 // every slot stays the owner's); at the end every object is freed and none is live.
@@ -519,6 +662,8 @@ std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads
   if (s == "buffer") return std::make_unique<buffer_workload<M>>(threads, tally);
   if (s == "memcpy_buffer") return std::make_unique<memcpy_buffer_workload<M>>(threads, tally);
   if (s == "spinlock") return std::make_unique<spinlock_workload<M>>(tally);
+  if (s == "rwsem") return std::make_unique<rwsem_workload<M>>(tally);
+  if (s == "ref") return std::make_unique<ref_workload<M>>(threads, tally);
   if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
   if (s == "malloc") return std::make_unique<malloc_workload>(tally);
   throw std::invalid_argument("unknown structure: " + s);

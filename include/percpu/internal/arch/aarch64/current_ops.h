@@ -79,6 +79,26 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
   PERCPU_CURRENT_RESULTS
 }
 
+/// gated add: *slot += count while the shared word *gate is 0; miss when it is not. The gate's
+/// load is a plain one: the caller orders what follows (percpu_rwsem's acquire fence).
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_gated_add(std::intptr_t off, slot_table t,
+                                                      const std::intptr_t* gate,
+                                                      std::intptr_t count) noexcept {
+  std::uintptr_t slot;
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
+                    "ldr x12, [%[gate]]\n\t"
+                    "cbnz x12, %l[miss]\n\t"
+                    "ldr x12, [%[slot]]\n\t"
+                    "add x12, x12, %[count]\n\t" PERCPU_A64_INJECT(3)
+                    "str x12, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
+                    : [slot] "=&r"(slot)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [gate] "r"(gate), [count] "r"(count)
+                    : PERCPU_A64_CURRENT_CLOBBERS
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
 /// compare-and-store: if (*slot == expect) *slot = newv (store-release); on commit, `word` is
 /// the slot and `index` the index.
 template <std::uint32_t Field, unsigned Shift = 0>

@@ -95,6 +95,30 @@ PERCPU_ALWAYS_INLINE current_result current_add(std::intptr_t off, slot_table t,
   PERCPU_CURRENT_RESULTS
 }
 
+/// gated add: *slot += count while the shared word *gate is 0; miss when it is not. A writer
+/// (percpu_rwsem) or a mode switch (percpu_ref) stores a nonzero gate and then fences every CPU:
+/// a section that read the gate open either committed before the fence or aborts, so after it
+/// no section commits an add that did not see the gate closed.
+///
+///   head (above)
+///   if (*gate != 0) return miss                // closed: the caller's slow path
+///   *slot += count                             // commit (one read-modify-write instruction)
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_gated_add(std::intptr_t off, slot_table t,
+                                                      const std::intptr_t* gate,
+                                                      std::intptr_t count) noexcept {
+  std::uintptr_t slot;
+  asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_X86_MISS_EXIT, "")
+                    "cmpq $0, %[gate]\n\t"
+                    "jnz %l[miss]\n\t" PERCPU_X86_INJECT(3)
+                    "addq %[count], (%[slot])\n\t" PERCPU_X86_SECTION_TAIL
+                    : [slot] "=&r"(slot)
+                    : PERCPU_X86_CURRENT_OPERANDS(off, t), [gate] "m"(*gate), [count] "er"(count)
+                    : "rax", "memory", "cc"
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
 /// compare-and-store: if (*slot == expect) *slot = newv; on commit, `word` is the slot and
 /// `index` the index (a lock's holder keeps both).
 ///

@@ -1,0 +1,184 @@
+// percpu_rwsem's writer side and sleeping waits (percpu/percpu_rwsem.h says the protocol).
+#include "percpu/percpu_rwsem.h"
+
+#include <sched.h>
+
+#include <climits>
+#include <ctime>
+
+#include "futex.h"
+
+namespace percpu::detail {
+namespace {
+
+// A wait spins, then yields the CPU, then sleeps: a reader section or a writer's hand-over
+// lasts microseconds, a futex sleep and wake-up tens of them; and where threads outnumber CPUs
+// the thread waited for may be off its CPU, which a yield hands it (a sleep too, but dearer).
+constexpr int kSpinRounds = 100;
+constexpr int kYieldRounds = 50;
+
+template <class Done>
+bool spin_until(Done done) noexcept {
+  for (int i = 0; i < kSpinRounds; ++i) {
+    if (done()) return true;
+    PERCPU_CPU_RELAX();
+  }
+  for (int i = 0; i < kYieldRounds; ++i) {
+    if (done()) return true;
+    sched_yield();
+  }
+  return done();
+}
+
+// Waits until done(): spins and yields, then sleeps on `word`, which changes (followed by
+// wake()) whenever done() may have become true. `sleepers` counts the threads asleep on it.
+template <class Done>
+void wait_on(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers,
+             Done done) noexcept {
+  if (spin_until(done)) return;
+  for (;;) {
+    // Counted before the last look: a waker that changes the word after it sees the count.
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = word.load(std::memory_order_seq_cst);
+    if (!done()) futex_wait(word, seen);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (done()) return;
+  }
+}
+
+// After changing `word`: wakes the threads asleep on it, if any.
+void wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers) noexcept {
+  if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(word);
+}
+
+// CLOCK_MONOTONIC in nanoseconds (the vDSO: no system call).
+std::int64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The per-CPU path reopens this many times the last fence's cost after it: frequent writers
+// then spend at most about a tenth of their time fencing (BRAVO's N = 9).
+constexpr std::int64_t kReopenFactor = 10;
+// Readers on the shared path look at the clock once in this many entries.
+constexpr std::intptr_t kReopenCheck = 64;
+
+}  // namespace
+
+std::intptr_t rwsem_core::readers() const noexcept {
+  std::uintptr_t sum = 0;
+  for (int i = 0; i < slots_.size(); ++i)
+    sum += static_cast<std::uintptr_t>(__atomic_load_n(&slots_[i], __ATOMIC_RELAXED));
+  // The shared count last: a reader's unlock (a slot) comes after its lock (here), so a sum
+  // that has seen the unlock sees the lock too, and never counts a reader inside as gone.
+  sum += static_cast<std::uintptr_t>(shared_.load(std::memory_order_seq_cst));
+  return static_cast<std::intptr_t>(sum);
+}
+
+bool rwsem_core::try_enter_shared() noexcept {
+  // Against the writer's fetch_or of kWriter: either it sees this count, or this sees it.
+  const std::intptr_t before = shared_.fetch_add(1, std::memory_order_seq_cst);
+  const std::intptr_t gate = __atomic_load_n(&gate_, __ATOMIC_SEQ_CST);
+  if ((gate & kWriter) != 0) {
+    shared_.fetch_sub(1, std::memory_order_seq_cst);
+    wake_writer();
+    return false;
+  }
+  // The clock (tens of ns) is read at every kReopenCheck-th entry only.
+  if (gate == kClosed && before % kReopenCheck == 0 &&
+      now_ns() >= reopen_at_ns_.load(std::memory_order_relaxed)) {
+    std::intptr_t closed = kClosed;
+    __atomic_compare_exchange_n(&gate_, &closed, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+  }
+  return true;
+}
+
+void rwsem_core::reader_wait_begin() noexcept {
+  waiting_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void rwsem_core::reader_wait() noexcept {
+  // A writer leaving raises gen_ and wakes the readers asleep on it.
+  wait_on(gen_, gen_sleepers_,
+          [this] { return (__atomic_load_n(&gate_, __ATOMIC_SEQ_CST) & kWriter) == 0; });
+}
+
+void rwsem_core::reader_wait_end() noexcept {
+  // The next writer waits for the last of these readers before it takes the lock.
+  if (waiting_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake(waiting_, waiting_sleepers_);
+}
+
+void rwsem_core::wake_writer() noexcept {
+  drain_.fetch_add(1, std::memory_order_seq_cst);
+  wake(drain_, drain_sleepers_);
+}
+
+namespace {}  // namespace
+
+void rwsem_core::leave(bool reopen) noexcept {
+  __atomic_fetch_and(&gate_, reopen ? 0 : ~kWriter, __ATOMIC_SEQ_CST);
+  gen_.fetch_add(1, std::memory_order_seq_cst);
+  wake(gen_, gen_sleepers_);
+}
+
+void rwsem_core::next_writer() noexcept {
+  serving_.fetch_add(1, std::memory_order_seq_cst);
+  wake(serving_, serving_sleepers_);
+}
+
+std::error_code rwsem_core::lock_exclusive() noexcept {
+  const std::uint32_t ticket = next_ticket_.fetch_add(1, std::memory_order_relaxed);
+  wait_on(serving_, serving_sleepers_,
+          [&] { return serving_.load(std::memory_order_acquire) == ticket; });
+  // Readers that waited for the previous writer enter first.
+  wait_on(waiting_, waiting_sleepers_,
+          [&] { return waiting_.load(std::memory_order_seq_cst) == 0; });
+  const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
+  if ((before & kClosed) == 0) {
+    // The per-CPU path was open: fence, so every reader section either has its add in a slot
+    // now or aborts and finds the gate closed.
+    const std::int64_t start = now_ns();
+    if (const std::error_code e = try_fence_all()) {
+      leave(true);
+      next_writer();
+      return e;
+    }
+    fence_ns_ = now_ns() - start;
+    reopen_at_ns_.store(now_ns() + kReopenFactor * fence_ns_, std::memory_order_relaxed);
+  }
+  // No reader enters now, so the slots only fall and the shared count rises only for readers
+  // that back out at once: wait for a sum of zero. A reader leaving while kWriter is set raises
+  // drain_ and wakes a sleeping writer.
+  wait_on(drain_, drain_sleepers_, [this] { return readers() == 0; });
+  std::atomic_thread_fence(std::memory_order_acquire);  // the readers' loads happen before
+  return {};
+}
+
+remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
+  std::uint32_t free_ticket = serving_.load(std::memory_order_acquire);
+  if (!next_ticket_.compare_exchange_strong(free_ticket, free_ticket + 1, std::memory_order_acquire,
+                                            std::memory_order_relaxed))
+    return {false, {}};
+  if (waiting_.load(std::memory_order_seq_cst) != 0) {
+    next_writer();
+    return {false, {}};
+  }
+  const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
+  const bool fenced = (before & kClosed) == 0;
+  const std::error_code e = fenced ? try_fence_all() : std::error_code{};
+  if (e || readers() != 0) {
+    leave(fenced);
+    next_writer();
+    return {false, e};
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return {true, {}};
+}
+
+void rwsem_core::unlock_exclusive() noexcept {
+  leave(false);
+  next_writer();
+}
+
+}  // namespace percpu::detail
