@@ -95,7 +95,8 @@ class rwsem_core {
 /// A reader-writer lock for read-mostly data: readers scale with the CPUs because each read
 /// lock and unlock is one rseq critical section on the calling thread's own slot (index mode M:
 /// cpu_id or mm_cid), with no atomic instruction and no shared cache line written; a writer
-/// pays a fence of every CPU (one membarrier system call) plus the wait for the readers in. Meets
+/// pays a fence of every CPU (one membarrier system call; see "Frequent writers" for when it
+/// need not) plus the wait for the readers inside. Meets
 /// the standard's SharedMutex requirements (lock/try_lock/unlock, lock_shared/try_lock_shared/
 /// unlock_shared), so std::shared_lock, std::unique_lock and std::scoped_lock work.
 ///
@@ -117,8 +118,8 @@ class rwsem_core {
 /// closed gate wait), so a stream of readers cannot starve a writer; a writer waits only for the
 /// readers already in. When a writer leaves, the readers that waited for it enter before the next
 /// writer closes the gate (it waits until they are in), so a stream of writers cannot starve the
-/// readers. Writers take the lock in arrival order (tickets). Waits spin briefly, then sleep on
-/// a futex.
+/// readers. Writers take the lock in arrival order (tickets). Waits spin briefly, yield the CPU
+/// a few times (a thread waited for may be off its CPU), then sleep on a futex.
 ///
 /// Cost (x86-64, rseq mode; percpu bench readmostly): lock_shared() + unlock_shared() are two
 /// sections and a load of the gate, about two percpu::counter adds, at any number of threads. A
