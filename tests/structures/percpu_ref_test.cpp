@@ -143,14 +143,14 @@ TYPED_TEST(PercpuRef, KillWhileThreadsGetAndPutLosesNothing) {
     std::atomic<bool> go{false};
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
+      ref.get();  // each thread's own, held across the kill (taken while the count is live)
+      ++holding;
       threads.emplace_back([&, t] {
         while (!go) std::this_thread::yield();
-        ref.get();  // one held across the kill
-        ++holding;
-        for (int i = 0; i < 20000; ++i) {
+        for (int i = 0; i < 10000; ++i) {
           if (!ref.tryget()) continue;
           ++holding;
-          if (i % 7 == t) std::this_thread::yield();
+          if (i % 61 == t) std::this_thread::yield();
           --holding;
           ref.put();
         }
