@@ -2,8 +2,10 @@
 // hold is taken before fork() in one fixed order and released after it, by the one handler
 // this registry installs with pthread_atfork().
 //
-// The order: pools, the remote guard, the checked table, the runtime (switch, info and dense-id
-// mutexes), then allocators built on percpu (percpu malloc), then fallback mode's stripes.
+// The order: the percpu_rwsem registry and try_lock() guard (first: a try_lock() holds it across
+// a fence, which may take the locks after it), pools, the remote guard, the checked table, the
+// runtime (switch, info and dense-id mutexes), then allocators built on percpu (percpu malloc),
+// then fallback mode's stripes.
 // Threads call malloc while holding the library's own locks (a pool drain, a switch to fallback
 // mode, a thread's first dense id): a fork() that took the allocator's locks first would wait
 // for such a thread while it waits for the allocator. So the allocator's locks are taken after
@@ -26,7 +28,7 @@ namespace percpu::detail {
 
 /// The library's own fork stages, in the order their prepare handlers run (their parent and
 /// child handlers run in the reverse order, after the allocators' and the stripes').
-enum class fork_stage { pools, remote, checked, runtime };
+enum class fork_stage { rwsems, pools, remote, checked, runtime };
 
 /// Sets the handlers of `stage`; the first call for a stage counts, later ones are ignored. Any
 /// of the three may be null. Safe to call from any thread at any time: a call made while

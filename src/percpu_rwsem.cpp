@@ -5,7 +5,9 @@
 
 #include <climits>
 #include <ctime>
+#include <mutex>
 
+#include "fork_order.h"
 #include "futex.h"
 
 namespace percpu::detail {
@@ -64,7 +66,87 @@ constexpr std::int64_t kReopenFactor = 10;
 // Readers on the shared path look at the clock once in this many entries.
 constexpr std::intptr_t kReopenCheck = 64;
 
+// Every percpu_rwsem of the process, for the fork() child handler.
+std::mutex g_registry_mutex;
+rwsem_core* g_registry = nullptr;
+// try_lock()s between their ticket and their end, and whether a fork() waits for them to
+// finish: a child never inherits a try_lock() half done. (Not a pthread_rwlock_t: one taken
+// for writing before fork() cannot be released in the child, whose thread id differs.)
+std::atomic<int> g_trying{0};
+std::atomic<bool> g_forking{false};
+
+class try_window {
+ public:
+  try_window() noexcept {
+    for (;;) {
+      while (g_forking.load(std::memory_order_seq_cst)) sched_yield();
+      g_trying.fetch_add(1, std::memory_order_seq_cst);
+      if (!g_forking.load(std::memory_order_seq_cst)) return;
+      g_trying.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  }
+  ~try_window() { g_trying.fetch_sub(1, std::memory_order_seq_cst); }
+  try_window(const try_window&) = delete;
+  try_window& operator=(const try_window&) = delete;
+};
+
+void lock_for_fork() {
+  g_registry_mutex.lock();
+  g_forking.store(true, std::memory_order_seq_cst);
+  while (g_trying.load(std::memory_order_seq_cst) != 0) sched_yield();
+}
+void unlock_in_parent() {
+  g_forking.store(false, std::memory_order_seq_cst);
+  g_registry_mutex.unlock();
+}
+void unlock_in_child() {
+  for (rwsem_core* r = g_registry; r != nullptr; r = rwsem_core::next_in_registry(r))
+    r->after_fork_in_child();
+  g_trying.store(0, std::memory_order_relaxed);
+  unlock_in_parent();
+}
+
+__attribute__((constructor)) void register_fork_handlers() {
+  set_fork_handlers(fork_stage::rwsems, lock_for_fork, unlock_in_parent, unlock_in_child);
+}
+
 }  // namespace
+
+void rwsem_core::enroll() noexcept {
+  std::lock_guard<std::mutex> hold(g_registry_mutex);
+  next_ = g_registry;
+  prev_ = nullptr;
+  if (g_registry != nullptr) g_registry->prev_ = this;
+  g_registry = this;
+}
+
+void rwsem_core::withdraw() noexcept {
+  std::lock_guard<std::mutex> hold(g_registry_mutex);
+  if (prev_ != nullptr) {
+    prev_->next_ = next_;
+  } else {
+    g_registry = next_;
+  }
+  if (next_ != nullptr) next_->prev_ = prev_;
+}
+
+void rwsem_core::after_fork_in_child() noexcept {
+  // Only the forking thread lives on: whoever waited in the parent (readers at the gate,
+  // writers for their turn, sleepers) does not exist here. A write lock this thread holds
+  // stays held and the turn stays its own; one another thread held or was taking stays closed
+  // (it has no owner here, as with any lock); read locks other threads held stay counted.
+  waiting_.store(0, std::memory_order_relaxed);
+  gen_sleepers_.store(0, std::memory_order_relaxed);
+  waiting_sleepers_.store(0, std::memory_order_relaxed);
+  serving_sleepers_.store(0, std::memory_order_relaxed);
+  drain_sleepers_.store(0, std::memory_order_relaxed);
+  const std::uint32_t serving = serving_.load(std::memory_order_relaxed);
+  if ((__atomic_load_n(&gate_, __ATOMIC_RELAXED) & kWriter) == 0) {
+    next_ticket_.store(serving, std::memory_order_relaxed);
+  } else if (pthread_equal(owner_, pthread_self())) {
+    next_ticket_.store(serving + 1, std::memory_order_relaxed);
+  }
+}
 
 std::intptr_t rwsem_core::readers() const noexcept {
   std::uintptr_t sum = 0;
@@ -72,26 +154,34 @@ std::intptr_t rwsem_core::readers() const noexcept {
     sum += static_cast<std::uintptr_t>(__atomic_load_n(&slots_[i], __ATOMIC_RELAXED));
   // The shared count last: a reader's unlock (a slot) comes after its lock (here), so a sum
   // that has seen the unlock sees the lock too, and never counts a reader inside as gone.
-  sum += static_cast<std::uintptr_t>(shared_.load(std::memory_order_seq_cst));
+  sum += static_cast<std::uintptr_t>(shared_.load(std::memory_order_seq_cst) & ~kSharedWriter);
   return static_cast<std::intptr_t>(sum);
 }
 
 bool rwsem_core::try_enter_shared() noexcept {
-  // Against the writer's fetch_or of kWriter: either it sees this count, or this sees it.
-  const std::intptr_t before = shared_.fetch_add(1, std::memory_order_seq_cst);
-  const std::intptr_t gate = __atomic_load_n(&gate_, __ATOMIC_SEQ_CST);
-  if ((gate & kWriter) != 0) {
-    shared_.fetch_sub(1, std::memory_order_seq_cst);
-    wake_writer();
-    return false;
-  }
+  // One compare-and-swap against the writer's fetch_or of kSharedWriter on the same word: a
+  // reader counts itself only where no writer is, and never has to take it back (a fork in
+  // between would leave the count raised in the child).
+  std::intptr_t n = shared_.load(std::memory_order_relaxed);
+  do {
+    if ((n & kSharedWriter) != 0) return false;
+  } while (!shared_.compare_exchange_weak(n, n + 1, std::memory_order_seq_cst,
+                                          std::memory_order_relaxed));
   // The clock (tens of ns) is read at every kReopenCheck-th entry only.
-  if (gate == kClosed && before % kReopenCheck == 0 &&
+  if (n % kReopenCheck == 0 && __atomic_load_n(&gate_, __ATOMIC_RELAXED) == kClosed &&
       now_ns() >= reopen_at_ns_.load(std::memory_order_relaxed)) {
     std::intptr_t closed = kClosed;
     __atomic_compare_exchange_n(&gate_, &closed, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
   }
   return true;
+}
+
+void rwsem_core::unlock_check() noexcept {
+  // The decrement before the gate's load: on the shared path a writer does not fence, so
+  // without this a reader could read a gate from before the writer's fetch_or while the
+  // writer reads the slot from before the decrement, and neither would tell the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if ((__atomic_load_n(&gate_, __ATOMIC_SEQ_CST) & kWriter) != 0) wake_writer();
 }
 
 void rwsem_core::reader_wait_begin() noexcept {
@@ -117,6 +207,7 @@ void rwsem_core::wake_writer() noexcept {
 namespace {}  // namespace
 
 void rwsem_core::leave(bool reopen) noexcept {
+  shared_.fetch_and(~kSharedWriter, std::memory_order_seq_cst);
   __atomic_fetch_and(&gate_, reopen ? 0 : ~kWriter, __ATOMIC_SEQ_CST);
   gen_.fetch_add(1, std::memory_order_seq_cst);
   wake(gen_, gen_sleepers_);
@@ -135,6 +226,7 @@ std::error_code rwsem_core::lock_exclusive() noexcept {
   wait_on(waiting_, waiting_sleepers_,
           [&] { return waiting_.load(std::memory_order_seq_cst) == 0; });
   const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
+  shared_.fetch_or(kSharedWriter, std::memory_order_seq_cst);
   if ((before & kClosed) == 0) {
     // The per-CPU path was open: fence, so every reader section either has its add in a slot
     // now or aborts and finds the gate closed.
@@ -147,16 +239,23 @@ std::error_code rwsem_core::lock_exclusive() noexcept {
     fence_ns_ = now_ns() - start;
     reopen_at_ns_.store(now_ns() + kReopenFactor * fence_ns_, std::memory_order_relaxed);
   }
-  // No reader enters now, so the slots only fall and the shared count rises only for readers
-  // that back out at once: wait for a sum of zero. A reader leaving while kWriter is set raises
-  // drain_ and wakes a sleeping writer.
+  // No reader enters now, so the sum only falls: wait for zero. A reader leaving while kWriter
+  // is set raises drain_ and wakes a sleeping writer.
   wait_on(drain_, drain_sleepers_, [this] { return readers() == 0; });
   std::atomic_thread_fence(std::memory_order_acquire);  // the readers' loads happen before
+  owner_ = pthread_self();
   return {};
 }
 
 remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
+  // Refused without changing anything when a reader is in, a reader waits to enter, or a
+  // writer has the turn: the common refusals leave nothing for a fork() to copy half done.
   std::uint32_t free_ticket = serving_.load(std::memory_order_acquire);
+  if (readers() != 0 || waiting_.load(std::memory_order_seq_cst) != 0 ||
+      next_ticket_.load(std::memory_order_relaxed) != free_ticket)
+    return {false, {}};
+  // From the ticket to the end the lock's state is half changed: fork() waits.
+  const try_window no_fork;
   if (!next_ticket_.compare_exchange_strong(free_ticket, free_ticket + 1, std::memory_order_acquire,
                                             std::memory_order_relaxed))
     return {false, {}};
@@ -165,6 +264,7 @@ remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
     return {false, {}};
   }
   const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
+  shared_.fetch_or(kSharedWriter, std::memory_order_seq_cst);
   const bool fenced = (before & kClosed) == 0;
   const std::error_code e = fenced ? try_fence_all() : std::error_code{};
   if (e || readers() != 0) {
@@ -173,10 +273,12 @@ remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
     return {false, e};
   }
   std::atomic_thread_fence(std::memory_order_acquire);
+  owner_ = pthread_self();
   return {true, {}};
 }
 
 void rwsem_core::unlock_exclusive() noexcept {
+  owner_ = pthread_t{};
   leave(false);
   next_writer();
 }

@@ -8,6 +8,8 @@
 
 #include "percpu/internal/config.h"  // first: the C++20 check
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 #include <system_error>
@@ -45,10 +47,25 @@ class rwsem_core {
   /// shared count until it reopens). kWriter: a writer holds the lock or waits for the readers.
   static constexpr std::intptr_t kClosed = 1;
   static constexpr std::intptr_t kWriter = 2;
+  /// The bit of shared_ a writer sets as it sets kWriter: shared-path readers count themselves
+  /// with a compare-and-swap only while it is clear.
+  static constexpr std::intptr_t kSharedWriter = std::intptr_t{1} << 62;
+
+  /// The fork() child handler's repair (percpu_rwsem.cpp), and the registry's walk.
+  void after_fork_in_child() noexcept;
+  static rwsem_core* next_in_registry(const rwsem_core* r) noexcept { return r->next_; }
 
  protected:
-  explicit rwsem_core(int slots) : slots_(slots) {}
-  rwsem_core(int slots, pool_base& from) : slots_(slots, from) {}
+  explicit rwsem_core(int slots) : slots_(slots) { enroll(); }
+  rwsem_core(int slots, pool_base& from) : slots_(slots, from) { enroll(); }
+  ~rwsem_core() { withdraw(); }
+
+  /// Enters and leaves the registry the fork() child handler walks.
+  PERCPU_API void enroll() noexcept;
+  PERCPU_API void withdraw() noexcept;
+  /// unlock_shared() found the gate closed: orders its decrement before a second look at the
+  /// gate, and wakes a writer that waits for the readers.
+  PERCPU_API void unlock_check() noexcept;
 
   /// A read lock through the shared count, for when the per-CPU path is closed: true when
   /// taken, false when a writer holds or waits for the lock. Reopens the per-CPU path once no
@@ -88,6 +105,9 @@ class rwsem_core {
   std::atomic<std::uint32_t> drain_sleepers_{0};
   std::atomic<std::int64_t> reopen_at_ns_{0};  // CLOCK_MONOTONIC: the per-CPU path may reopen
   std::int64_t fence_ns_ = 0;                  // the last fence's cost (writers only)
+  pthread_t owner_{};                          // the write lock's holder (for fork())
+  rwsem_core* prev_ = nullptr;                 // the registry's list
+  rwsem_core* next_ = nullptr;
 };
 
 }  // namespace detail
@@ -142,8 +162,12 @@ class rwsem_core {
 /// lock, as with any lock. Not recursive: a thread that holds a read lock and takes another while
 /// a writer waits deadlocks (as the kernel's). No wait is a cancellation point, so a cancelled
 /// thread never leaves the lock half taken; a lock held by a thread that is cancelled stays
-/// held, as with pthread_rwlock_t. After fork(), a lock held or waited for by another thread of
-/// the parent stays so in the child. Destroying a lock that is held is undefined, as for
+/// held, as with pthread_rwlock_t. fork(): a handler repairs every lock in the child, where only
+/// the forking thread lives on: readers and writers that waited in the parent are gone from it,
+/// try_lock() and try_lock_shared() calls in progress leave nothing behind (fork() waits for a
+/// try_lock() past its ticket), and a write lock the forking thread holds stays its own to
+/// unlock; a lock another thread held (read or write), or was taking past its fence, stays
+/// held, as with any lock. Destroying a lock that is held is undefined, as for
 /// std::shared_mutex.
 template <index_mode M = index_mode::cpu_id>
 class percpu_rwsem : private detail::rwsem_core {
@@ -184,7 +208,7 @@ class percpu_rwsem : private detail::rwsem_core {
     std::atomic_thread_fence(std::memory_order_release);
     const detail::current_result r = detail::current_add<M>(slots_, -1);
     if (PERCPU_UNLIKELY(r != detail::current_result::committed)) unlock_shared_cold(r);
-    if (PERCPU_UNLIKELY((__atomic_load_n(&gate_, __ATOMIC_RELAXED) & kWriter) != 0)) wake_writer();
+    if (PERCPU_UNLIKELY(__atomic_load_n(&gate_, __ATOMIC_RELAXED) != 0)) unlock_check();
   }
 
   /// Takes the write lock, waiting for earlier writers and for the readers inside. Throws

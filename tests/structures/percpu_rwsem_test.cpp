@@ -2,6 +2,7 @@
 
 #include <percpu/percpu_rwsem.h>
 #include <percpu/pool.h>
+#include <percpu/tsan.h>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "child.h"
 #include "modes.h"
 #include "pin.h"
 
@@ -233,6 +235,60 @@ TYPED_TEST(PercpuRwsem, AfterAWriterReadersTakeTheSharedPathUntilItReopens) {
     }
     return lock.readers_per_cpu();
   }));
+  EXPECT_EQ(lock.readers(), 0);
+}
+
+// fork() while other threads are inside the lock's calls: what they were doing must not leave
+// the child's lock unusable. A try_lock() or try_lock_shared() in progress holds nothing; readers
+// and writers waiting in the parent do not exist in the child; a write lock the forking thread
+// holds stays its own, to unlock.
+TYPED_TEST(PercpuRwsem, ForkWhileOtherThreadsTryOrWaitLeavesTheChildsLockUsable) {
+#if PERCPU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer's runtime is not usable in a child forked from threads";
+#endif
+  using rwsem = percpu::percpu_rwsem<TypeParam::value>;
+  rwsem lock;
+  const auto child_uses = [&](bool holds_write, bool holds_read) {
+    return percpu::test::in_child(
+        [&] {
+          if (holds_write) lock.unlock();
+          if (holds_read) lock.unlock_shared();
+          lock.lock();
+          lock.unlock();
+          lock.lock_shared();
+          const bool one = lock.readers() == 1;
+          lock.unlock_shared();
+          return one ? 0 : 1;
+        },
+        10);
+  };
+  std::atomic<bool> stop{false};
+  // A reader holds the lock while another thread's try_lock() keeps failing.
+  lock.lock_shared();
+  std::thread trier([&] {
+    while (!stop.load(std::memory_order_relaxed)) EXPECT_FALSE(lock.try_lock());
+  });
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(child_uses(false, true), 0) << "fork " << i;
+  stop = true;
+  trier.join();
+  lock.unlock_shared();
+  // The writer holds it while another thread's try_lock_shared() keeps failing.
+  stop = false;
+  lock.lock();
+  std::thread reader_trier([&] {
+    while (!stop.load(std::memory_order_relaxed)) EXPECT_FALSE(lock.try_lock_shared());
+  });
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(child_uses(true, false), 0) << "fork " << i;
+  stop = true;
+  reader_trier.join();
+  // The writer holds it while readers and another writer wait.
+  std::vector<std::thread> waiters;
+  for (int t = 0; t < 2; ++t) waiters.emplace_back([&] { std::shared_lock<rwsem> r(lock); });
+  waiters.emplace_back([&] { std::unique_lock<rwsem> w(lock); });
+  std::this_thread::sleep_for(50ms);  // they are asleep by now
+  ASSERT_EQ(child_uses(true, false), 0);
+  lock.unlock();
+  for (auto& t : waiters) t.join();
   EXPECT_EQ(lock.readers(), 0);
 }
 
