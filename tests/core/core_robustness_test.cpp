@@ -199,6 +199,29 @@ TEST(Registration, AThreadWhoseGlibcAreaIsUnregisteredNeverUsesItsMmCid) {
   }
 }
 
+// A thread that spins on `cpu` until stop(): a CPU a cut-off thread cannot fence by observation.
+class busy_on {
+ public:
+  explicit busy_on(int cpu)
+      : thread_([this, cpu] {
+          percpu::test::pinned on(cpu);
+          running_ = true;
+          while (!stop_.load(std::memory_order_relaxed)) {
+          }
+        }) {
+    while (!running_) sched_yield();
+  }
+  ~busy_on() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> running_{false}, stop_{false};
+  std::thread thread_;
+};
+
 TEST(RemoteDrain, NoFenceIsAnErrorValueAndNothingMoves) {
   const int cpu = second_cpu();
   if (cpu < 1) GTEST_SKIP() << "needs a second CPU";
@@ -212,14 +235,7 @@ TEST(RemoteDrain, NoFenceIsAnErrorValueAndNothingMoves) {
       for (item& it : items) list.push(&it);
     }
     if (list.count_quiescent(cpu) != items.size()) return 11;  // (a migration moved a push)
-    std::atomic<bool> running{false}, stop{false};
-    std::thread busy([&] {
-      percpu::test::pinned on(cpu);
-      running = true;
-      while (!stop.load(std::memory_order_relaxed)) {
-      }
-    });
-    while (!running) sched_yield();
+    busy_on busy(cpu);
     if (!cut_off_this_thread()) return 12;
     const percpu::remote_result<item*> refused = list.try_drain(cpu);
     if (refused.error != percpu::remote_errc::no_fence || refused.value != nullptr) return 13;
@@ -230,8 +246,7 @@ TEST(RemoteDrain, NoFenceIsAnErrorValueAndNothingMoves) {
     } catch (const std::system_error& e) {
       if (e.code() != percpu::remote_errc::no_fence) return 16;
     }
-    stop = true;
-    busy.join();
+    busy.stop();
     const percpu::remote_result<item*> drained = list.try_drain(cpu);
     if (drained.error) return 17;
     std::size_t n = 0;
@@ -251,14 +266,7 @@ TEST(ReadMostly, NoFenceIsAnErrorAndTheStateStaysAsItWas) {
     percpu::percpu_rwsem<> lock;
     int released = 0;
     percpu::percpu_ref<> ref([&] { ++released; });
-    std::atomic<bool> running{false}, stop{false};
-    std::thread busy([&] {
-      percpu::test::pinned on(cpu);
-      running = true;
-      while (!stop.load(std::memory_order_relaxed)) {
-      }
-    });
-    while (!running) sched_yield();
+    busy_on busy(cpu);
     if (!cut_off_this_thread()) return 12;
     const percpu::remote_result<bool> refused = lock.try_lock_or_error();
     if (refused.error != percpu::remote_errc::no_fence || refused.value) return 13;
@@ -279,8 +287,7 @@ TEST(ReadMostly, NoFenceIsAnErrorAndTheStateStaysAsItWas) {
     }
     ref.get();
     ref.put();
-    stop = true;
-    busy.join();
+    busy.stop();
     if (!lock.try_lock()) return 20;
     lock.unlock();
     ref.kill();

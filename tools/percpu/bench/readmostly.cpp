@@ -59,38 +59,25 @@ alignas(64) std::atomic<std::int64_t> g_atomic_ref{1};
 std::shared_ptr<int>* g_shared_ptr;
 
 // Each lock as four static functions, inlined into the benchmark bodies (as a caller inlines
-// the lock it uses).
-struct rwsem_cpu {
-  PERCPU_ALWAYS_INLINE static void rlock() { g_rwsem_cpu->lock_shared(); }
-  PERCPU_ALWAYS_INLINE static void runlock() { g_rwsem_cpu->unlock_shared(); }
-  PERCPU_ALWAYS_INLINE static void wlock() { g_rwsem_cpu->lock(); }
-  PERCPU_ALWAYS_INLINE static void wunlock() { g_rwsem_cpu->unlock(); }
+// the lock it uses). A lock meeting SharedMutex, reached through the global pointer P:
+template <class Lock, Lock** P>
+struct shared_mutex_ops {
+  PERCPU_ALWAYS_INLINE static void rlock() { (*P)->lock_shared(); }
+  PERCPU_ALWAYS_INLINE static void runlock() { (*P)->unlock_shared(); }
+  PERCPU_ALWAYS_INLINE static void wlock() { (*P)->lock(); }
+  PERCPU_ALWAYS_INLINE static void wunlock() { (*P)->unlock(); }
 };
-struct rwsem_cid {
-  PERCPU_ALWAYS_INLINE static void rlock() { g_rwsem_cid->lock_shared(); }
-  PERCPU_ALWAYS_INLINE static void runlock() { g_rwsem_cid->unlock_shared(); }
-  PERCPU_ALWAYS_INLINE static void wlock() { g_rwsem_cid->lock(); }
-  PERCPU_ALWAYS_INLINE static void wunlock() { g_rwsem_cid->unlock(); }
-};
+using rwsem_cpu = shared_mutex_ops<percpu_rwsem<index_mode::cpu_id>, &g_rwsem_cpu>;
+using rwsem_cid = shared_mutex_ops<percpu_rwsem<index_mode::mm_cid>, &g_rwsem_cid>;
 struct pthread_rw {
   PERCPU_ALWAYS_INLINE static void rlock() { pthread_rwlock_rdlock(&g_pthread); }
   PERCPU_ALWAYS_INLINE static void runlock() { pthread_rwlock_unlock(&g_pthread); }
   PERCPU_ALWAYS_INLINE static void wlock() { pthread_rwlock_wrlock(&g_pthread); }
   PERCPU_ALWAYS_INLINE static void wunlock() { pthread_rwlock_unlock(&g_pthread); }
 };
-struct std_shared {
-  PERCPU_ALWAYS_INLINE static void rlock() { g_shared_mutex->lock_shared(); }
-  PERCPU_ALWAYS_INLINE static void runlock() { g_shared_mutex->unlock_shared(); }
-  PERCPU_ALWAYS_INLINE static void wlock() { g_shared_mutex->lock(); }
-  PERCPU_ALWAYS_INLINE static void wunlock() { g_shared_mutex->unlock(); }
-};
+using std_shared = shared_mutex_ops<std::shared_mutex, &g_shared_mutex>;
 #ifdef PERCPU_HAVE_TBB
-struct tbb_rw {
-  PERCPU_ALWAYS_INLINE static void rlock() { g_tbb->lock_shared(); }
-  PERCPU_ALWAYS_INLINE static void runlock() { g_tbb->unlock_shared(); }
-  PERCPU_ALWAYS_INLINE static void wlock() { g_tbb->lock(); }
-  PERCPU_ALWAYS_INLINE static void wunlock() { g_tbb->unlock(); }
-};
+using tbb_rw = shared_mutex_ops<tbb::spin_rw_mutex, &g_tbb>;
 #endif
 #ifdef PERCPU_HAVE_ABSL
 struct absl_rw {
