@@ -49,14 +49,17 @@ std::string scaling_plot(const suite_run& run, const std::string& title, std::of
     data << "\n";
   }
   const std::string file = "data/" + out + ".dat";
+  // A tic at each thread count run (a log axis from 1 to 8 would show only "1").
+  std::string tics;
+  for (int t : threads) tics += (tics.empty() ? "" : ", ") + std::to_string(t);
   return fmt::format(
       "{}set output '{}.png'\nset title {}\nset xlabel 'threads'\nset ylabel 'ns per operation "
       "of the whole process (median, log scale)'\nset logscale xy\nset autoscale xfix\nset offsets "
-      "graph 0.03, graph 0.03, 0, 0\n"
+      "graph 0.03, graph 0.03, 0, 0\nset xtics ({})\n"
       "set key outside right\nset grid\nplot for [i=2:{}] '{}' using 1:i with linespoints lw 2 "
       "title columnheader(i)\n"
-      "unset logscale\n",
-      kTerminal, out, quoted(title), names.size() + 1, file);
+      "unset logscale\nset xtics autofreq\n",
+      kTerminal, out, quoted(title), tics, names.size() + 1, file);
 }
 
 std::string getcpu_plot(const suite_run& run, std::ofstream& data) {
