@@ -163,10 +163,12 @@ std::uint64_t read_record(const record& r) {
   return sum;
 }
 
-// One thread of the mix with lock L: 99 reads, then a write, over and over (threads start at
-// different points of the cycle, so writes do not come in lockstep).
-template <class L>
-std::uint64_t mix_body_for(const char* name, int thread, const std::atomic<bool>& stop) {
+// One thread of the mix: 99 reads, then a write, over and over (threads start at different
+// points of the cycle, so writes do not come in lockstep); each write timed from its start to
+// its end. `read()` returns what it read; `write()` changes the record.
+template <class Read, class Write>
+std::uint64_t mix_loop(const char* name, int thread, const std::atomic<bool>& stop, Read read,
+                       Write write) {
   std::vector<double> latencies;
   std::uint64_t done = 0, sink = 0;
   long i = thread * 37;
@@ -174,16 +176,12 @@ std::uint64_t mix_body_for(const char* name, int thread, const std::atomic<bool>
     for (int k = 0; k < 256; ++k, ++i) {
       if (i % kWriteEvery == 0) {
         const auto t0 = std::chrono::steady_clock::now();
-        L::wlock();
-        for (auto& w : g_record.words) ++w;
-        L::wunlock();
+        write();
         latencies.push_back(
             std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
                 .count());
       } else {
-        L::rlock();
-        sink += read_record(g_record);
-        L::runlock();
+        sink += read();
       }
     }
     done += 256;
@@ -191,6 +189,24 @@ std::uint64_t mix_body_for(const char* name, int thread, const std::atomic<bool>
   benchmark::DoNotOptimize(sink);
   keep_latencies(name, latencies);
   return done;
+}
+
+// The mix with lock L around the shared record.
+template <class L>
+std::uint64_t mix_body_for(const char* name, int thread, const std::atomic<bool>& stop) {
+  return mix_loop(
+      name, thread, stop,
+      [] {
+        L::rlock();
+        const std::uint64_t v = read_record(g_record);
+        L::runlock();
+        return v;
+      },
+      [] {
+        L::wlock();
+        for (auto& w : g_record.words) ++w;
+        L::wunlock();
+      });
 }
 
 #define PERCPU_MIX(L, NAME)                                        \
@@ -205,13 +221,15 @@ std::atomic<record*> g_rcu_record;
 std::mutex g_rcu_writer;
 std::uint64_t urcu_mix_body(int thread, const std::atomic<bool>& stop) {
   urcu_thread registered;
-  std::vector<double> latencies;
-  std::uint64_t done = 0, sink = 0;
-  long i = thread * 37;
-  while (!stop.load(std::memory_order_relaxed)) {
-    for (int k = 0; k < 256; ++k, ++i) {
-      if (i % kWriteEvery == 0) {
-        const auto t0 = std::chrono::steady_clock::now();
+  return mix_loop(
+      "mix: liburcu (urcu-memb)", thread, stop,
+      [] {
+        urcu_memb_read_lock();
+        const std::uint64_t v = read_record(*g_rcu_record.load(std::memory_order_consume));
+        urcu_memb_read_unlock();
+        return v;
+      },
+      [] {
         record* old;
         {
           std::lock_guard<std::mutex> l(g_rcu_writer);
@@ -222,20 +240,7 @@ std::uint64_t urcu_mix_body(int thread, const std::atomic<bool>& stop) {
         }
         urcu_memb_synchronize_rcu();
         delete old;
-        latencies.push_back(
-            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
-                .count());
-      } else {
-        urcu_memb_read_lock();
-        sink += read_record(*g_rcu_record.load(std::memory_order_consume));
-        urcu_memb_read_unlock();
-      }
-    }
-    done += 256;
-  }
-  benchmark::DoNotOptimize(sink);
-  keep_latencies("mix: liburcu (urcu-memb)", latencies);
-  return done;
+      });
 }
 #endif
 
