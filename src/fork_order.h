@@ -2,8 +2,9 @@
 // hold is taken before fork() in one fixed order and released after it, by the one handler
 // this registry installs with pthread_atfork().
 //
-// The order: the percpu_rwsem registry and try_lock() guard (first: a try_lock() holds it across
-// a fence, which may take the locks after it), pools, the remote guard, the checked table, the
+// The order: fork windows (first: fork() waits until no thread is inside a multi-step change of
+// a percpu_rwsem or percpu_ref, which may take the locks after it in a fence), the percpu_rwsem
+// registry, pools, the remote guard, the checked table, the
 // runtime (switch, info and dense-id mutexes), then allocators built on percpu (percpu malloc),
 // then fallback mode's stripes.
 // Threads call malloc while holding the library's own locks (a pool drain, a switch to fallback
@@ -28,7 +29,7 @@ namespace percpu::detail {
 
 /// The library's own fork stages, in the order their prepare handlers run (their parent and
 /// child handlers run in the reverse order, after the allocators' and the stripes').
-enum class fork_stage { rwsems, pools, remote, checked, runtime };
+enum class fork_stage { windows, rwsems, pools, remote, checked, runtime };
 
 /// Sets the handlers of `stage`; the first call for a stage counts, later ones are ignored. Any
 /// of the three may be null. Safe to call from any thread at any time: a call made while

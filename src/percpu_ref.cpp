@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "fork_window.h"
+
 namespace percpu::detail {
 
 ref_core::ref_core(int slots, std::function<void()> release)
@@ -48,7 +50,19 @@ bool ref_core::atomic_tryget() noexcept {
 }
 
 std::error_code ref_core::kill_or_error(const char*& misuse) noexcept {
-  std::unique_lock<std::mutex> lock(switch_mutex_);
+  if (const std::error_code e = switch_to_atomic(misuse)) return e;
+  // The initial reference, outside the fork window (the callback may fork); the callback may
+  // run (and destroy this object) inside.
+  const char* put_misuse = atomic_put();
+  if (misuse == nullptr) misuse = put_misuse;
+  return {};
+}
+
+std::error_code ref_core::switch_to_atomic(const char*& misuse) noexcept {
+  // From the gate to the fold the count is half switched: fork() waits (a child would
+  // otherwise keep a dead ref whose slots were never folded, and a held switch_mutex_).
+  const fork_window no_fork;
+  const std::lock_guard<std::mutex> lock(switch_mutex_);
   if ((__atomic_load_n(&mode_, __ATOMIC_SEQ_CST) & kDead) != 0)
     return std::make_error_code(std::errc::operation_not_permitted);
   __atomic_store_n(&mode_, kAtomic | kDead, __ATOMIC_SEQ_CST);
@@ -73,10 +87,6 @@ std::error_code ref_core::kill_or_error(const char*& misuse) noexcept {
       count_.fetch_add(static_cast<std::intptr_t>(sum) - kBias, std::memory_order_acq_rel) +
       static_cast<std::intptr_t>(sum) - kBias;
   if (total < 1) misuse = "kill(): more puts than gets while in per-CPU mode";
-  lock.unlock();
-  // The initial reference; the callback may run (and destroy this object) inside.
-  const char* put_misuse = atomic_put();
-  if (misuse == nullptr) misuse = put_misuse;
   return {};
 }
 
@@ -87,7 +97,8 @@ void ref_core::throw_kill_error(std::error_code e) {
 }
 
 void ref_core::resurrect() {
-  std::lock_guard<std::mutex> lock(switch_mutex_);
+  const fork_window no_fork;
+  const std::lock_guard<std::mutex> lock(switch_mutex_);
   if ((__atomic_load_n(&mode_, __ATOMIC_SEQ_CST) & kDead) == 0)
     throw std::logic_error("percpu_ref::resurrect: not killed");
   std::intptr_t n = count_.load(std::memory_order_acquire);

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "fork_order.h"
+#include "fork_window.h"
 #include "futex.h"
 
 namespace percpu::detail {
@@ -69,40 +70,15 @@ constexpr std::intptr_t kReopenCheck = 64;
 // Every percpu_rwsem of the process, for the fork() child handler.
 std::mutex g_registry_mutex;
 rwsem_core* g_registry = nullptr;
-// try_lock()s between their ticket and their end, and whether a fork() waits for them to
-// finish: a child never inherits a try_lock() half done. (Not a pthread_rwlock_t: one taken
-// for writing before fork() cannot be released in the child, whose thread id differs.)
-std::atomic<int> g_trying{0};
-std::atomic<bool> g_forking{false};
-
-class try_window {
- public:
-  try_window() noexcept {
-    for (;;) {
-      while (g_forking.load(std::memory_order_seq_cst)) sched_yield();
-      g_trying.fetch_add(1, std::memory_order_seq_cst);
-      if (!g_forking.load(std::memory_order_seq_cst)) return;
-      g_trying.fetch_sub(1, std::memory_order_seq_cst);
-    }
-  }
-  ~try_window() { g_trying.fetch_sub(1, std::memory_order_seq_cst); }
-  try_window(const try_window&) = delete;
-  try_window& operator=(const try_window&) = delete;
-};
-
 void lock_for_fork() {
   g_registry_mutex.lock();
-  g_forking.store(true, std::memory_order_seq_cst);
-  while (g_trying.load(std::memory_order_seq_cst) != 0) sched_yield();
 }
 void unlock_in_parent() {
-  g_forking.store(false, std::memory_order_seq_cst);
   g_registry_mutex.unlock();
 }
 void unlock_in_child() {
   for (rwsem_core* r = g_registry; r != nullptr; r = rwsem_core::next_in_registry(r))
     r->after_fork_in_child();
-  g_trying.store(0, std::memory_order_relaxed);
   unlock_in_parent();
 }
 
@@ -255,7 +231,7 @@ remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
       next_ticket_.load(std::memory_order_relaxed) != free_ticket)
     return {false, {}};
   // From the ticket to the end the lock's state is half changed: fork() waits.
-  const try_window no_fork;
+  const fork_window no_fork;
   if (!next_ticket_.compare_exchange_strong(free_ticket, free_ticket + 1, std::memory_order_acquire,
                                             std::memory_order_relaxed))
     return {false, {}};

@@ -65,6 +65,8 @@ class ref_core {
   PERCPU_API const char* atomic_get() noexcept;
   PERCPU_API const char* atomic_put() noexcept;
   PERCPU_API bool atomic_tryget() noexcept;
+  /// kill()'s switch, without the put of the initial reference.
+  std::error_code switch_to_atomic(const char*& misuse) noexcept;
 
   slot_array<std::intptr_t> slots_;     // per-CPU mode's counts: only their sum means anything
   alignas(64) std::intptr_t mode_ = 0;  // read by every section: a line of its own
@@ -112,6 +114,9 @@ class ref_core {
 /// in the handler, inside the put() that reached zero. kill(), try_kill() and resurrect() are
 /// for threads (they may take a mutex and fence), one at a time per object. The callback may
 /// destroy the percpu_ref (put() touches nothing after calling it); it must not throw.
+/// fork(): a kill() or resurrect() in another thread is never copied half done (fork() waits
+/// for its switch to end); the child's ref is in the mode the switch left it in, with the
+/// references the parent's threads held still counted (as with any count a thread holds).
 template <index_mode M = index_mode::cpu_id>
 class percpu_ref : private detail::ref_core {
  public:

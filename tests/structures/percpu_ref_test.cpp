@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "child.h"
 #include "modes.h"
 #include "pin.h"
 
@@ -166,6 +167,47 @@ TYPED_TEST(PercpuRef, KillWhileThreadsGetAndPutLosesNothing) {
     EXPECT_FALSE(held_when_released.load());
     EXPECT_TRUE(ref.is_zero());
   }
+}
+
+// fork() while another thread kills and resurrects over and over: the child never inherits a
+// switch half done (a held mutex, or a dead ref whose per-CPU counts were never folded), so it
+// can switch the ref itself, and the last put releases it exactly once.
+TYPED_TEST(PercpuRef, ForkWhileAnotherThreadSwitchesLeavesTheChildsRefUsable) {
+#if PERCPU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer's runtime is not usable in a child forked from threads";
+#endif
+  std::atomic<int> released{0};
+  percpu::percpu_ref<TypeParam::value> ref([&] { ++released; });
+  ref.get();  // this thread's own: the count never reaches zero in the parent
+  std::atomic<bool> stop{false};
+  std::thread switcher([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      ref.kill();
+      ref.resurrect();
+    }
+  });
+  for (int i = 0; i < 40; ++i) {
+    const int status = percpu::test::in_child(
+        [&] {
+          if (ref.is_dying()) ref.resurrect();
+          for (int j = 0; j < 100; ++j) {
+            ref.get();
+            ref.put();
+          }
+          ref.kill();
+          if (released.load() != 0) return 1;  // released with this thread's reference held
+          ref.put();
+          return released.load() == 1 && ref.is_zero() ? 0 : 2;
+        },
+        10);
+    ASSERT_EQ(status, 0) << "fork " << i;
+  }
+  stop = true;
+  switcher.join();
+  EXPECT_EQ(released.load(), 0);
+  if (!ref.is_dying()) ref.kill();
+  ref.put();
+  EXPECT_EQ(released.load(), 1);
 }
 
 TYPED_TEST(PercpuRef, PoolSlotsWork) {
