@@ -70,10 +70,15 @@ void fallback_locks_after_fork() noexcept {
 }
 
 void fallback_grace() noexcept {
+  // Signals stay blocked while this thread holds a stripe, as in stripe_guard: a handler's
+  // fallback operation on a word of that stripe would otherwise spin on its own thread's lock.
+  sigset_t saved;
+  block_all_signals(saved);
   for (auto& st : g_stripes) {
     while (st.locked.exchange(true, std::memory_order_acquire)) PERCPU_CPU_RELAX();
     st.locked.store(false, std::memory_order_release);
   }
+  restore_signals(saved);
 }
 
 bool prepare_fallback() noexcept {

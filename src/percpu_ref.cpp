@@ -28,7 +28,10 @@ const char* ref_core::atomic_get() noexcept {
 }
 
 const char* ref_core::atomic_put() noexcept {
-  const std::intptr_t now = count_.fetch_sub(1, std::memory_order_release) - 1;
+  return after_put(count_.fetch_sub(1, std::memory_order_release) - 1);
+}
+
+const char* ref_core::after_put(std::intptr_t now) noexcept {
   if (PERCPU_LIKELY(now > 0)) return nullptr;
   if (now < 0) return "put() without a matching get(): the count went below zero";
   std::atomic_thread_fence(std::memory_order_acquire);  // every holder's put happens before
@@ -50,17 +53,19 @@ bool ref_core::atomic_tryget() noexcept {
 }
 
 std::error_code ref_core::kill_or_error(const char*& misuse) noexcept {
-  if (const std::error_code e = switch_to_atomic(misuse)) return e;
-  // The initial reference, outside the fork window (the callback may fork); the callback may
-  // run (and destroy this object) inside.
-  const char* put_misuse = atomic_put();
+  std::intptr_t now = 0;
+  if (const std::error_code e = switch_to_atomic(misuse, now)) return e;
+  // The release, if the initial reference was the last: outside the fork window (the callback
+  // may fork); the callback may destroy this object.
+  const char* put_misuse = after_put(now);
   if (misuse == nullptr) misuse = put_misuse;
   return {};
 }
 
-std::error_code ref_core::switch_to_atomic(const char*& misuse) noexcept {
-  // From the gate to the fold the count is half switched: fork() waits (a child would
-  // otherwise keep a dead ref whose slots were never folded, and a held switch_mutex_).
+std::error_code ref_core::switch_to_atomic(const char*& misuse, std::intptr_t& now) noexcept {
+  // From the gate to the drop of the initial reference the count is half switched: fork()
+  // waits (a child would otherwise keep a dead ref whose slots were never folded, or whose
+  // initial reference no thread of it can drop, and a held switch_mutex_).
   const fork_window no_fork;
   const std::lock_guard<std::mutex> lock(switch_mutex_);
   if ((__atomic_load_n(&mode_, __ATOMIC_SEQ_CST) & kDead) != 0)
@@ -87,6 +92,7 @@ std::error_code ref_core::switch_to_atomic(const char*& misuse) noexcept {
       count_.fetch_add(static_cast<std::intptr_t>(sum) - kBias, std::memory_order_acq_rel) +
       static_cast<std::intptr_t>(sum) - kBias;
   if (total < 1) misuse = "kill(): more puts than gets while in per-CPU mode";
+  now = count_.fetch_sub(1, std::memory_order_release) - 1;  // the initial reference
   return {};
 }
 

@@ -65,8 +65,11 @@ class ref_core {
   PERCPU_API const char* atomic_get() noexcept;
   PERCPU_API const char* atomic_put() noexcept;
   PERCPU_API bool atomic_tryget() noexcept;
-  /// kill()'s switch, without the put of the initial reference.
-  std::error_code switch_to_atomic(const char*& misuse) noexcept;
+  /// kill()'s switch and its drop of the initial reference (`now`: the count after it), all
+  /// but the release that may follow.
+  std::error_code switch_to_atomic(const char*& misuse, std::intptr_t& now) noexcept;
+  /// A put's part after its decrement left the count at `now`: the release at zero.
+  const char* after_put(std::intptr_t now) noexcept;
 
   slot_array<std::intptr_t> slots_;     // per-CPU mode's counts: only their sum means anything
   alignas(64) std::intptr_t mode_ = 0;  // read by every section: a line of its own
@@ -115,7 +118,8 @@ class ref_core {
 /// for threads (they may take a mutex and fence), one at a time per object. The callback may
 /// destroy the percpu_ref (put() touches nothing after calling it); it must not throw.
 /// fork(): a kill() or resurrect() in another thread is never copied half done (fork() waits
-/// for its switch to end); the child's ref is in the mode the switch left it in, with the
+/// for its switch and kill()'s drop of the initial reference; a release callback runs after,
+/// so it may fork); the child's ref is in the mode the switch left it in, with the
 /// references the parent's threads held still counted (as with any count a thread holds).
 template <index_mode M = index_mode::cpu_id>
 class percpu_ref : private detail::ref_core {
