@@ -12,10 +12,17 @@ namespace percpu::detail {
 /// handler (it may wait for a fork on its own thread).
 class fork_window {
  public:
-  fork_window() noexcept;
-  ~fork_window();
+  fork_window() noexcept { enter(); }
+  ~fork_window() { leave(); }
   fork_window(const fork_window&) = delete;
   fork_window& operator=(const fork_window&) = delete;
+
+  /// The window's two ends, for a window that is not a scope. try_enter() opens one unless a
+  /// fork() is in progress (returns false, opening nothing): for code that must not wait,
+  /// such as a signal handler's. Windows nest (they are a count).
+  static void enter() noexcept;
+  static bool try_enter() noexcept;
+  static void leave() noexcept;
 };
 
 /// The first fork stage's handlers (fork_order.cpp): waits until no window is open and keeps

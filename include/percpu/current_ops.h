@@ -101,6 +101,50 @@ PERCPU_ALWAYS_INLINE current_result current_gated_add(const Slots& slots, const 
   });
 }
 
+/// *slot += count on the calling thread's slot of `slots` while *gate is 0 and the new value
+/// stays within [low, low + span]; miss otherwise. See arch::current_bounded_add.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_bounded_add(const Slots& slots,
+                                                        const std::intptr_t* gate,
+                                                        std::intptr_t count, std::intptr_t low,
+                                                        std::uintptr_t span) noexcept {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_bounded_add<kCurrentField<M>, decltype(shift)::value>(off, t, gate,
+                                                                                 count, low, span);
+    });
+  });
+}
+
+/// taken = *slot, *slot = 0 on the calling thread's slot of `slots` while *gate is 0; miss
+/// when it is not. See arch::current_gated_take.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_gated_take(const Slots& slots,
+                                                       const std::intptr_t* gate,
+                                                       std::intptr_t& taken) noexcept {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_gated_take<kCurrentField<M>, decltype(shift)::value>(off, t, gate,
+                                                                                taken);
+    });
+  });
+}
+
+/// current_bounded_add, also only while *word <= cap. See arch::current_capped_add.
+template <index_mode M, class Slots>
+PERCPU_ALWAYS_INLINE current_result current_capped_add(const Slots& slots,
+                                                       const std::intptr_t* gate,
+                                                       const std::intptr_t* word, std::intptr_t cap,
+                                                       std::intptr_t count, std::intptr_t low,
+                                                       std::uintptr_t span) noexcept {
+  return with_area<M>([&](std::intptr_t off) PERCPU_LAMBDA_ALWAYS_INLINE {
+    return with_layout(slots, [&](slot_table t, auto shift) PERCPU_LAMBDA_ALWAYS_INLINE {
+      return arch::current_capped_add<kCurrentField<M>, decltype(shift)::value>(
+          off, t, gate, word, cap, count, low, span);
+    });
+  });
+}
+
 /// if (*slot == expect) *slot = newv on the calling thread's slot of `slots`; miss when it
 /// differs. On commit, `word` is the slot and `index` its index.
 template <index_mode M, class Slots>

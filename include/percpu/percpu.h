@@ -13,6 +13,7 @@
 #include "percpu/membarrier.h"
 #include "percpu/memcpy_buffer.h"
 #include "percpu/ops.h"
+#include "percpu/percpu_counter.h"
 #include "percpu/percpu_ref.h"
 #include "percpu/percpu_rwsem.h"
 #include "percpu/pool.h"

@@ -7,7 +7,7 @@ set -euo pipefail
 dir=$1
 shift
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(getcpu ops counter readmostly list pool malloc slice context-switch)
+[ ${#suites[@]} -gt 0 ] || suites=(getcpu ops counter readmostly metrics list pool malloc slice context-switch)
 fail() { echo "report check: $*" >&2; exit 1; }
 
 md=$dir/report.md

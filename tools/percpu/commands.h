@@ -42,6 +42,10 @@ int bench_counter(const bench_options& options);
 /// use instead; returns the process exit status.
 int bench_readmostly(const bench_options& options);
 
+/// `percpu bench metrics`: percpu_counter (the batched counter) against percpu::counter,
+/// std::atomic and tbb::combinable: add, read, sum, limited_add.
+int bench_metrics(const bench_options& options);
+
 /// `percpu bench list`: returns the process exit status.
 int bench_list(const bench_options& options);
 

@@ -76,9 +76,9 @@ int run(int argc, char** argv) {
                     "Write one suite's raw results to this JSON file (the report writes its own)");
   std::string report_dir = "percpu-report";
   std::vector<std::string> report_suites;
-  const std::vector<std::string> suite_names = {"getcpu",     "ops",   "counter",
-                                                "readmostly", "list",  "pool",
-                                                "malloc",     "slice", "context-switch"};
+  const std::vector<std::string> suite_names = {"getcpu",  "ops",           "counter", "readmostly",
+                                                "metrics", "list",          "pool",    "malloc",
+                                                "slice",   "context-switch"};
   bench->add_option("--out", report_dir, "Report folder (no suite named; default percpu-report)");
   bench
       ->add_option("--suites", report_suites,
@@ -99,6 +99,11 @@ int run(int argc, char** argv) {
       "Read-mostly primitives at 1 to 4x the CPUs: percpu_rwsem vs pthread_rwlock_t, "
       "std::shared_mutex, tbb, absl, liburcu; percpu_ref vs std::atomic and std::shared_ptr; a "
       "99%-read mix with writer latency");
+
+  auto* metrics = bench->add_subcommand(
+      "metrics",
+      "The batched counter at 1 to 4x the CPUs: percpu_counter add, read, sum and limited_add vs "
+      "percpu::counter, std::atomic and tbb::combinable");
 
   auto* list = bench->add_subcommand(
       "list", "A free list shared by 1-256 threads: percpu vs a Treiber stack and a mutex list");
@@ -131,7 +136,7 @@ int run(int argc, char** argv) {
       "registration off, glibc's and percpu's, alternating; plus bytes per thread and code size");
   // The suite's options may come after its name too (percpu bench getcpu --quick).
   for (CLI::App* suite :
-       {getcpu, ops, counter, readmostly, list, pool, malloc_suite, slice, context_switch})
+       {getcpu, ops, counter, readmostly, metrics, list, pool, malloc_suite, slice, context_switch})
     suite->fallthrough();
 
   auto* stress = app.add_subcommand(
@@ -139,9 +144,9 @@ int run(int argc, char** argv) {
       "Run the per-CPU structures under preemption, migration, signals, fork and remote drains, "
       "and check that nothing is lost or duplicated");
   percpu::cli::stress_options sopt;
-  const std::vector<std::string> all_structures = {"counter",       "freelist", "buffer",
-                                                   "memcpy_buffer", "spinlock", "rwsem",
-                                                   "ref",           "pool",     "malloc"};
+  const std::vector<std::string> all_structures = {
+      "counter", "freelist", "buffer",  "memcpy_buffer", "spinlock",
+      "rwsem",   "ref",      "batched", "pool",          "malloc"};
   bool short_form = false, no_signals = false, no_migrate = false, no_yield = false,
        no_fork = false, no_drain = false;
   stress
@@ -226,6 +231,7 @@ int run(int argc, char** argv) {
   if (ops->parsed()) return percpu::cli::bench_ops(options);
   if (counter->parsed()) return percpu::cli::bench_counter(options);
   if (readmostly->parsed()) return percpu::cli::bench_readmostly(options);
+  if (metrics->parsed()) return percpu::cli::bench_metrics(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
   if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, malloc_only);

@@ -296,19 +296,6 @@ std::vector<contender> mix_contenders() {
   return c;
 }
 
-// 1, 2, 4, ... up to 4x the allowed CPUs (that count itself included).
-std::vector<int> thread_counts() {
-  const int cpus = std::max<int>(1, static_cast<int>(machine_topology().allowed_cpus.size()));
-  std::vector<int> t;
-  for (int n = 1; n < 4 * cpus; n *= 2) t.push_back(n);
-  t.push_back(4 * cpus);
-  if (std::find(t.begin(), t.end(), cpus) == t.end()) {
-    t.push_back(cpus);
-    std::sort(t.begin(), t.end());
-  }
-  return t;
-}
-
 // A writer's fence alone (try_fence_all(): membarrier's RSEQ fence of every CPU), ns per call,
 // the median of 5 batches of 500, while `busy` threads run read locks on the other CPUs (a fence
 // interrupts the CPUs that run the process's threads).
@@ -379,7 +366,7 @@ int bench_readmostly(const bench_options& options) {
     rwsem_cpu.lock_shared();
     rwsem_cpu.unlock_shared();
   }
-  const std::vector<int> threads = thread_counts();
+  const std::vector<int> threads = cpu_scaled_thread_counts();
   const std::vector<contender> reads = read_contenders(), refs = ref_contenders(),
                                mixes = mix_contenders();
   register_contenders(reads, threads, plan);

@@ -172,6 +172,18 @@ const bench_result* find_result(const std::vector<bench_result>& results, const 
   return nullptr;
 }
 
+std::vector<int> cpu_scaled_thread_counts() {
+  const int cpus = std::max<int>(1, static_cast<int>(machine_topology().allowed_cpus.size()));
+  std::vector<int> t;
+  for (int n = 1; n < 4 * cpus; n *= 2) t.push_back(n);
+  t.push_back(4 * cpus);
+  if (std::find(t.begin(), t.end(), cpus) == t.end()) {
+    t.push_back(cpus);
+    std::sort(t.begin(), t.end());
+  }
+  return t;
+}
+
 void register_contenders(const std::vector<contender>& contenders, const std::vector<int>& threads,
                          const bench_plan& plan, std::function<void()> before_run) {
   for (int n : threads)

@@ -106,6 +106,10 @@ struct contender {
 /// line as the table names its column.
 nlohmann::json contender_labels(const std::vector<contender>& contenders);
 
+/// 1, 2, 4, ... up to 4x the allowed CPUs, the CPU count itself included: the thread counts of
+/// the suites that show scaling up to the CPUs and past them.
+std::vector<int> cpu_scaled_thread_counts();
+
 /// Registers every contender at every thread count with register_throughput().
 void register_contenders(const std::vector<contender>& contenders, const std::vector<int>& threads,
                          const bench_plan& plan, std::function<void()> before_run = {});

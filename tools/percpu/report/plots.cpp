@@ -218,6 +218,17 @@ std::vector<plot> make_plots(const std::string& dir, const std::vector<suite_run
       plots.push_back({"readmostly", out + ".png", std::string(title) + ", by threads"});
     }
   }
+  if (const auto* r = find_run(runs, "metrics"); r && r->json.contains("results")) {
+    const std::pair<const char*, const char*> parts[] = {
+        {"add", "Add 1 to one counter shared by all threads"},
+        {"limited", "limited_add(1) + sub(1), one budget shared by all threads"}};
+    for (const auto& [part, title] : parts) {
+      const std::string out = std::string("metrics_") + part;
+      auto file = data(out);
+      script += scaling_plot(*r, title, file, out, std::string(part) + ": ");
+      plots.push_back({"metrics", out + ".png", std::string(title) + ", by threads"});
+    }
+  }
   if (const auto* r = find_run(runs, "pool"); r && r->json.contains("resident_bytes_per_counter")) {
     auto out = data("pool");
     script += pool_plot(*r, out);

@@ -392,6 +392,26 @@ std::string suite_sentence(const suite_run& run) {
           un ? fmt::format(" and {} for liburcu's read side", ns(*un)) : std::string(), ns(*gn),
           ns(*an), *an / *gn, ns(mix.value("median_ns", 0.0)), ns(mix.value("p99_ns", 0.0)),
           ns(j.value("fence_ns", nlohmann::json::object()).value("readers_running", 0.0)));
+  } else if (run.name == "metrics") {
+    const int cpus = j.value("cpus", 0);
+    const auto a1 = median_ns(j, "add: percpu_counter (cpu_id)"),
+               e1 = median_ns(j, "add: percpu counter (exact read)"),
+               an = median_ns(j, "add: percpu_counter (cpu_id)", cpus),
+               sn = median_ns(j, "add: one std::atomic", cpus);
+    const auto r1 = median_ns(j, "read: percpu_counter read()"),
+               l1 = median_ns(j, "read: std::atomic load"),
+               s1 = median_ns(j, "read: percpu_counter sum()");
+    const auto bn = median_ns(j, "limited: percpu_counter (cpu_id)", cpus),
+               cn = median_ns(j, "limited: std::atomic CAS loop", cpus);
+    if (a1 && e1 && an && sn && r1 && l1 && s1 && bn && cn)
+      return fmt::format(
+          "A percpu_counter add takes {} at 1 thread ({:.2f}x one percpu::counter add, whose "
+          "read sums every slot); at {} threads (the CPUs) {} per add of the process against {} "
+          "for one std::atomic ({:.1f}x). Its read() takes {} ({:.2f}x a relaxed atomic load), "
+          "its exact sum() {}. A budget's limited_add + sub far below the limit takes {} at {} "
+          "threads against {} for a compare-and-swap loop on one atomic ({:.1f}x).",
+          ns(*a1), *a1 / *e1, cpus, ns(*an), ns(*sn), *sn / *an, ns(*r1), *r1 / *l1, ns(*s1),
+          ns(*bn), cpus, ns(*cn), *cn / *bn);
   } else if (run.name == "pool") {
     if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
       const auto& last = j["resident_bytes_per_counter"].back();

@@ -505,6 +505,64 @@ class ref_workload final : public stress_workload {
   std::mutex switching_;
 };
 
+// ---- percpu_counter: folds, drains and the limit ----
+
+// Two batched counters with a batch of 4, so that adds fold often. `total_`: every worker op
+// adds 1 for good and a pair k, -k (k up to twice the batch: folds both ways and adds past
+// the batch), the signal handler adds 1 (its fold may find the lock held by its own thread);
+// at the end sum() must equal the ops exactly and read() be within the bound. `budget_`: the
+// workers charge 1-7 with limited_add() against a limit the threads together often reach and
+// give it back with sub(); the drainer's charges of half the limit force drains (fences); a
+// sample of sum() must never exceed the limit, and at the end nothing is left charged.
+template <index_mode M>
+class batched_workload final : public stress_workload {
+ public:
+  batched_workload(int threads, stress_tally& tally) : tally_(tally), limit_(3 * threads) {}
+  void op(long i) override {
+    total_.add(1);
+    const std::int64_t k = 1 + i % 8;
+    total_.add(k);
+    const std::int64_t n = 1 + i % 7;
+    if (budget_.limited_add(n, limit_)) {
+      if (i % kYieldEvery == 0) sched_yield();  // hold it across a reschedule
+      budget_.sub(n);
+    }
+    total_.sub(k);
+    if (i % 64 == 0 && budget_.sum() > limit_)
+      tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+  void signal_op() noexcept override {
+    total_.add(1);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {
+    const remote_result<bool> r = budget_.limited_add_or_error(limit_ / 2, limit_);
+    if (!tally_.count_drain(r.error)) return;
+    if (r.value) budget_.sub(limit_ / 2);
+    if (budget_.sum() > limit_) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  }
+  bool child_check() override {
+    const std::int64_t before = total_.sum();
+    total_.add(5);
+    return total_.sum() == before + 5 && budget_.sum() <= limit_;
+  }
+  void verify(stress_result& r) override {
+    const auto expected = static_cast<std::int64_t>(r.ops + r.handler_ops);
+    const std::int64_t counted = total_.sum();
+    if (counted < expected) r.lost = static_cast<std::uint64_t>(expected - counted);
+    if (counted > expected) r.duplicated = static_cast<std::uint64_t>(counted - expected);
+    const std::int64_t off = total_.read() - counted;
+    if (off > total_.error_bound() || -off > total_.error_bound()) ++r.corrupt;
+    if (budget_.sum() != 0) ++r.corrupt;  // a charge never given back, or a give-back lost
+  }
+
+ private:
+  stress_tally& tally_;
+  const std::int64_t limit_;
+  percpu_counter<M> total_{4};
+  percpu_counter<M> budget_{4};
+};
+
 // ---- pool: objects allocated and freed through the per-CPU caches, handed between threads ----
 // Every object must come zeroed in every slot and be held by one owner at a time (its tag in
 // every slot stays the owner's); at the end every object is freed and none is live.
@@ -664,6 +722,7 @@ std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads
   if (s == "spinlock") return std::make_unique<spinlock_workload<M>>(tally);
   if (s == "rwsem") return std::make_unique<rwsem_workload<M>>(tally);
   if (s == "ref") return std::make_unique<ref_workload<M>>(threads, tally);
+  if (s == "batched") return std::make_unique<batched_workload<M>>(threads, tally);
   if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
   if (s == "malloc") return std::make_unique<malloc_workload>(tally);
   throw std::invalid_argument("unknown structure: " + s);

@@ -99,6 +99,80 @@ PERCPU_ALWAYS_INLINE current_result current_gated_add(std::intptr_t off, slot_ta
   PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
+/// bounded add: *slot += count while the shared word *gate is 0 and the new value stays within
+/// [low, low + span]; miss otherwise. The pseudocode is x86_64/current_ops.h's.
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_bounded_add(std::intptr_t off, slot_table t,
+                                                        const std::intptr_t* gate,
+                                                        std::intptr_t count, std::intptr_t low,
+                                                        std::uintptr_t span) noexcept {
+  std::uintptr_t slot;
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
+                    "ldr x12, [%[gate]]\n\t"
+                    "cbnz x12, %l[miss]\n\t"
+                    "ldr x12, [%[slot]]\n\t"
+                    "add x12, x12, %[count]\n\t"
+                    "sub x9, x12, %[low]\n\t"
+                    "cmp x9, %[span]\n\t"
+                    "b.hi %l[miss]\n\t" PERCPU_A64_INJECT(3)
+                    "str x12, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
+                    : [slot] "=&r"(slot)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [gate] "r"(gate), [count] "r"(count),
+                      [low] "r"(low), [span] "r"(span)
+                    : PERCPU_A64_CURRENT_CLOBBERS
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
+/// gated take: v = *slot, *slot = 0 while the shared word *gate is 0; miss when it is not.
+/// The pseudocode is x86_64/current_ops.h's.
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_gated_take(std::intptr_t off, slot_table t,
+                                                       const std::intptr_t* gate,
+                                                       std::intptr_t& taken) noexcept {
+  std::uintptr_t slot, v;
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
+                    "ldr x12, [%[gate]]\n\t"
+                    "cbnz x12, %l[miss]\n\t"
+                    "ldr %[v], [%[slot]]\n\t" PERCPU_A64_INJECT(3)
+                    "str xzr, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
+                    : [slot] "=&r"(slot), [v] "=&r"(v)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [gate] "r"(gate)
+                    : PERCPU_A64_CURRENT_CLOBBERS
+                    : aborted, slow, miss);
+  taken = static_cast<std::intptr_t>(v);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
+/// capped add: the bounded add, also only while the shared word *word is at most `cap`
+/// (signed). The pseudocode is x86_64/current_ops.h's.
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_capped_add(std::intptr_t off, slot_table t,
+                                                       const std::intptr_t* gate,
+                                                       const std::intptr_t* word, std::intptr_t cap,
+                                                       std::intptr_t count, std::intptr_t low,
+                                                       std::uintptr_t span) noexcept {
+  std::uintptr_t slot;
+  asm volatile goto(PERCPU_A64_CURRENT_HEAD(PERCPU_A64_MISS_EXIT, "")
+                    "ldr x12, [%[gate]]\n\t"
+                    "cbnz x12, %l[miss]\n\t"
+                    "ldr x12, [%[word]]\n\t"
+                    "cmp x12, %[cap]\n\t"
+                    "b.gt %l[miss]\n\t"
+                    "ldr x12, [%[slot]]\n\t"
+                    "add x12, x12, %[count]\n\t"
+                    "sub x9, x12, %[low]\n\t"
+                    "cmp x9, %[span]\n\t"
+                    "b.hi %l[miss]\n\t" PERCPU_A64_INJECT(3)
+                    "str x12, [%[slot]]\n\t" PERCPU_A64_SECTION_TAIL
+                    : [slot] "=&r"(slot)
+                    : PERCPU_A64_CURRENT_OPERANDS(off, t), [gate] "r"(gate), [word] "r"(word),
+                      [cap] "r"(cap), [count] "r"(count), [low] "r"(low), [span] "r"(span)
+                    : PERCPU_A64_CURRENT_CLOBBERS
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
 /// compare-and-store: if (*slot == expect) *slot = newv (store-release); on commit, `word` is
 /// the slot and `index` the index.
 template <std::uint32_t Field, unsigned Shift = 0>

@@ -119,6 +119,100 @@ PERCPU_ALWAYS_INLINE current_result current_gated_add(std::intptr_t off, slot_ta
   PERCPU_CURRENT_RESULTS_WITH_MISS
 }
 
+/// bounded add: *slot += count while the shared word *gate is 0 and the new value stays within
+/// [low, low + span]; miss otherwise (percpu_counter's batch: its slow path folds the slot into
+/// the shared count). The gate pairs with a fence as in current_gated_add.
+///
+///   head (above)
+///   if (*gate != 0) return miss                // closed: the caller's slow path
+///   v = *slot + count
+///   if ((uintptr_t)(v - low) > span) return miss   // the slot would leave its range
+///   *slot = v                                  // commit
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_bounded_add(std::intptr_t off, slot_table t,
+                                                        const std::intptr_t* gate,
+                                                        std::intptr_t count, std::intptr_t low,
+                                                        std::uintptr_t span) noexcept {
+  std::uintptr_t slot, v;
+  asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_X86_MISS_EXIT, "")
+                    "cmpq $0, %[gate]\n\t"
+                    "jnz %l[miss]\n\t"
+                    "movq (%[slot]), %[v]\n\t"
+                    "addq %[count], %[v]\n\t"
+                    "movq %[v], %%rax\n\t"
+                    "subq %[low], %%rax\n\t"
+                    "cmpq %[span], %%rax\n\t"
+                    "ja %l[miss]\n\t" PERCPU_X86_INJECT(3)
+                    "movq %[v], (%[slot])\n\t" PERCPU_X86_SECTION_TAIL
+                    : [slot] "=&r"(slot), [v] "=&r"(v)
+                    : PERCPU_X86_CURRENT_OPERANDS(off, t), [gate] "m"(*gate), [count] "er"(count),
+                      [low] "r"(low), [span] "r"(span)
+                    : "rax", "memory", "cc"
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
+/// gated take: v = *slot, *slot = 0 while the shared word *gate is 0; miss when it is not
+/// (percpu_counter's fold: the slot's value goes to the shared count).
+///
+///   head (above)
+///   if (*gate != 0) return miss
+///   v = *slot
+///   *slot = 0                                  // commit
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_gated_take(std::intptr_t off, slot_table t,
+                                                       const std::intptr_t* gate,
+                                                       std::intptr_t& taken) noexcept {
+  std::uintptr_t slot, v;
+  asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_X86_MISS_EXIT, "")
+                    "cmpq $0, %[gate]\n\t"
+                    "jnz %l[miss]\n\t"
+                    "movq (%[slot]), %[v]\n\t" PERCPU_X86_INJECT(3)
+                    "movq $0, (%[slot])\n\t" PERCPU_X86_SECTION_TAIL
+                    : [slot] "=&r"(slot), [v] "=&r"(v)
+                    : PERCPU_X86_CURRENT_OPERANDS(off, t), [gate] "m"(*gate)
+                    : "rax", "memory", "cc"
+                    : aborted, slow, miss);
+  taken = static_cast<std::intptr_t>(v);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
+/// capped add: the bounded add, also only while the shared word *word is at most `cap`
+/// (percpu_counter::limited_add()'s fast path: the shared count far enough below the limit).
+///
+///   head (above)
+///   if (*gate != 0) return miss
+///   if (*word > cap) return miss               // signed
+///   v = *slot + count
+///   if ((uintptr_t)(v - low) > span) return miss
+///   *slot = v                                  // commit
+template <std::uint32_t Field, unsigned Shift = 0>
+PERCPU_ALWAYS_INLINE current_result current_capped_add(std::intptr_t off, slot_table t,
+                                                       const std::intptr_t* gate,
+                                                       const std::intptr_t* word, std::intptr_t cap,
+                                                       std::intptr_t count, std::intptr_t low,
+                                                       std::uintptr_t span) noexcept {
+  std::uintptr_t slot, v;
+  asm volatile goto(PERCPU_X86_CURRENT_HEAD(PERCPU_X86_MISS_EXIT, "")
+                    "cmpq $0, %[gate]\n\t"
+                    "jnz %l[miss]\n\t"
+                    "cmpq %[cap], %[word]\n\t"
+                    "jg %l[miss]\n\t"
+                    "movq (%[slot]), %[v]\n\t"
+                    "addq %[count], %[v]\n\t"
+                    "movq %[v], %%rax\n\t"
+                    "subq %[low], %%rax\n\t"
+                    "cmpq %[span], %%rax\n\t"
+                    "ja %l[miss]\n\t" PERCPU_X86_INJECT(3)
+                    "movq %[v], (%[slot])\n\t" PERCPU_X86_SECTION_TAIL
+                    : [slot] "=&r"(slot), [v] "=&r"(v)
+                    : PERCPU_X86_CURRENT_OPERANDS(off, t), [gate] "m"(*gate), [word] "m"(*word),
+                      [cap] "r"(cap), [count] "r"(count), [low] "r"(low), [span] "r"(span)
+                    : "rax", "memory", "cc"
+                    : aborted, slow, miss);
+  PERCPU_CURRENT_RESULTS_WITH_MISS
+}
+
 /// compare-and-store: if (*slot == expect) *slot = newv; on commit, `word` is the slot and
 /// `index` the index (a lock's holder keeps both).
 ///
