@@ -16,7 +16,7 @@ namespace percpu::detail {
 namespace {
 
 std::int64_t checked_batch(std::int64_t batch, int slots) {
-  if (batch == 0) return std::max<std::int64_t>(32, 2 * std::int64_t{slots});
+  if (batch == 0) return std::max<std::int64_t>(64, 2 * std::int64_t{slots});
   if (batch < 1 || batch > batched_core::kMaxBatch)
     throw std::invalid_argument(
         "percpu_counter: the batch must be 0 (the default) or in [1, 2^40]");
@@ -117,7 +117,8 @@ bool batched_core::fold_begin(bool wait) noexcept {
 }
 
 void batched_core::fold_end() noexcept {
-  seq_.fetch_add(1, std::memory_order_release);
+  // Only the holder changes an odd sequence: a plain store ends it.
+  seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 std::int64_t batched_core::sum() const noexcept {

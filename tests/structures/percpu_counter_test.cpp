@@ -45,12 +45,12 @@ TYPED_TEST(PercpuCounter, ReadIsOneLoadOfTheSharedCountThatFoldsCatchUpWith) {
   EXPECT_EQ(c.sum(), 115);
 }
 
-TYPED_TEST(PercpuCounter, BatchIsCheckedAndDefaultsToTheKernels) {
+TYPED_TEST(PercpuCounter, BatchIsCheckedAndDefaultsToTwiceTheKernels) {
   using counter = percpu::percpu_counter<TypeParam::value>;
   EXPECT_THROW(counter(-1), std::invalid_argument);
   EXPECT_THROW(counter((std::int64_t{1} << 40) + 1), std::invalid_argument);
   counter d;
-  EXPECT_EQ(d.batch(), std::max<std::int64_t>(32, 2 * std::int64_t{d.slots()}));
+  EXPECT_EQ(d.batch(), std::max<std::int64_t>(64, 2 * std::int64_t{d.slots()}));
   counter one(1);  // every add goes to the shared count
   one.add(3);
   one.sub(1);

@@ -292,6 +292,43 @@ TYPED_TEST(PercpuRwsem, ForkWhileOtherThreadsTryOrWaitLeavesTheChildsLockUsable)
   EXPECT_EQ(lock.readers(), 0);
 }
 
+// fork() while another thread takes and releases the write lock over and over: the child's
+// lock is held (by a thread it does not have) or free, never half released (the gate open but
+// the next writer's turn not passed on, where readers got in and writers waited forever).
+TYPED_TEST(PercpuRwsem, ForkWhileAnotherThreadLocksAndUnlocksNeverCopiesItHalfReleased) {
+#if PERCPU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer's runtime is not usable in a child forked from threads";
+#endif
+  percpu::percpu_rwsem<TypeParam::value> lock;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      lock.lock();
+      lock.unlock();
+    }
+  });
+  int held = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int status = percpu::test::in_child(
+        [&] {
+          if (!lock.try_lock_shared()) return 7;  // held by the parent's writer: stays held
+          lock.unlock_shared();
+          lock.lock();  // free: a writer must get it (alarm otherwise)
+          lock.unlock();
+          return 0;
+        },
+        5);
+    if (status == 7) {
+      ++held;
+      continue;
+    }
+    ASSERT_EQ(status, 0) << "fork " << i;
+  }
+  stop = true;
+  writer.join();
+  this->RecordProperty("forks_while_held", held);
+}
+
 TYPED_TEST(PercpuRwsem, PoolSlotsWork) {
   percpu::pool<TypeParam::value> pool;
   percpu::percpu_rwsem<TypeParam::value> a(pool), b(pool);

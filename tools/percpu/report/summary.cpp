@@ -380,17 +380,24 @@ std::string suite_sentence(const suite_run& run) {
                an = median_ns(j, "ref: one std::atomic", cpus);
     const auto mix = j.value("writer_latency", nlohmann::json::object())
                          .value("mix: percpu_rwsem (cpu_id)", nlohmann::json::object());
+    const auto mn = median_ns(j, "mix: percpu_rwsem (cpu_id)", cpus),
+               mp = median_ns(j, "mix: pthread_rwlock_t", cpus);
     if (r1 && c1 && rn && pn && gn && an)
       return fmt::format(
           "A percpu_rwsem read lock + unlock takes {} at 1 thread ({:.1f}x one percpu counter "
           "add); at {} threads (the CPUs) {} per operation of the process against {} for "
           "pthread_rwlock_t ({:.1f}x){}. A percpu_ref get + put takes {} against {} for one "
-          "std::atomic ({:.1f}x). In the 99%-read mix a percpu_rwsem writer waits {} at the "
+          "std::atomic ({:.1f}x). In the 99%-read mix{} a percpu_rwsem writer waits {} at the "
           "median and {} at the 99th percentile; a writer that finds the per-CPU path open "
           "fences every CPU, {} here with readers running.",
           ns(*r1), *r1 / *c1, cpus, ns(*rn), ns(*pn), *pn / *rn,
           un ? fmt::format(" and {} for liburcu's read side", ns(*un)) : std::string(), ns(*gn),
-          ns(*an), *an / *gn, ns(mix.value("median_ns", 0.0)), ns(mix.value("p99_ns", 0.0)),
+          ns(*an), *an / *gn,
+          mn && mp ? fmt::format(" (at {} threads {} per operation against {} for "
+                                 "pthread_rwlock_t, {:.2f}x its speed)",
+                                 cpus, ns(*mn), ns(*mp), *mp / *mn)
+                   : std::string(),
+          ns(mix.value("median_ns", 0.0)), ns(mix.value("p99_ns", 0.0)),
           ns(j.value("fence_ns", nlohmann::json::object()).value("readers_running", 0.0)));
   } else if (run.name == "metrics") {
     const int cpus = j.value("cpus", 0);
