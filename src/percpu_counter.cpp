@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "fork_order.h"
+#include "reopen_window.h"
 
 namespace percpu::detail {
 namespace {
@@ -22,17 +23,6 @@ std::int64_t checked_batch(std::int64_t batch, int slots) {
         "percpu_counter: the batch must be 0 (the default) or in [1, 2^40]");
   return batch;
 }
-
-std::int64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// The slots stay closed this many times the last drain's fence cost after it (as
-// percpu_rwsem's per-CPU path: fences then take at most about a tenth of the time).
-constexpr std::int64_t kReopenFactor = 10;
-constexpr std::uint32_t kReopenCheck = 64;
 
 // Every percpu_counter of the process: fork() takes each one's fold lock, so that no fold or
 // drain is copied half done (a fold's value between its slot and the shared count would be

@@ -10,6 +10,7 @@
 #include "fork_order.h"
 #include "fork_window.h"
 #include "futex.h"
+#include "reopen_window.h"
 
 namespace percpu::detail {
 namespace {
@@ -53,19 +54,6 @@ void wait_on(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleep
 void wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers) noexcept {
   if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(word);
 }
-
-// CLOCK_MONOTONIC in nanoseconds (the vDSO: no system call).
-std::int64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// The per-CPU path reopens this many times the last fence's cost after it: frequent writers
-// then spend at most about a tenth of their time fencing (BRAVO's N = 9).
-constexpr std::int64_t kReopenFactor = 10;
-// Readers on the shared path look at the clock once in this many entries.
-constexpr std::intptr_t kReopenCheck = 64;
 
 // Every percpu_rwsem of the process, for the fork() child handler.
 std::mutex g_registry_mutex;

@@ -207,28 +207,22 @@ std::vector<plot> make_plots(const std::string& dir, const std::vector<suite_run
       plots.push_back(
           {name, std::string(name) + ".png", std::string(name) + " scaling with threads"});
     }
-  if (const auto* r = find_run(runs, "readmostly"); r && r->json.contains("results")) {
-    const std::pair<const char*, const char*> parts[] = {
-        {"read", "Read lock + unlock of one lock shared by all threads"},
-        {"ref", "Reference count get + put, one count shared by all threads"}};
+  // Suites of several parts (results named "part: ..."): one scaling plot per part.
+  const auto part_plots = [&](const char* suite,
+                              std::initializer_list<std::pair<const char*, const char*>> parts) {
+    const auto* r = find_run(runs, suite);
+    if (!r || !r->json.contains("results")) return;
     for (const auto& [part, title] : parts) {
-      const std::string out = std::string("readmostly_") + part;
+      const std::string out = std::string(suite) + "_" + part;
       auto file = data(out);
       script += scaling_plot(*r, title, file, out, std::string(part) + ": ");
-      plots.push_back({"readmostly", out + ".png", std::string(title) + ", by threads"});
+      plots.push_back({suite, out + ".png", std::string(title) + ", by threads"});
     }
-  }
-  if (const auto* r = find_run(runs, "metrics"); r && r->json.contains("results")) {
-    const std::pair<const char*, const char*> parts[] = {
-        {"add", "Add 1 to one counter shared by all threads"},
-        {"limited", "limited_add(1) + sub(1), one budget shared by all threads"}};
-    for (const auto& [part, title] : parts) {
-      const std::string out = std::string("metrics_") + part;
-      auto file = data(out);
-      script += scaling_plot(*r, title, file, out, std::string(part) + ": ");
-      plots.push_back({"metrics", out + ".png", std::string(title) + ", by threads"});
-    }
-  }
+  };
+  part_plots("readmostly", {{"read", "Read lock + unlock of one lock shared by all threads"},
+                            {"ref", "Reference count get + put, one count shared by all threads"}});
+  part_plots("metrics", {{"add", "Add 1 to one counter shared by all threads"},
+                         {"limited", "limited_add(1) + sub(1), one budget shared by all threads"}});
   if (const auto* r = find_run(runs, "pool"); r && r->json.contains("resident_bytes_per_counter")) {
     auto out = data("pool");
     script += pool_plot(*r, out);
