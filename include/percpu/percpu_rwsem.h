@@ -165,7 +165,8 @@ class rwsem_core {
 /// held, as with pthread_rwlock_t. fork(): a handler repairs every lock in the child, where only
 /// the forking thread lives on: readers and writers that waited in the parent are gone from it,
 /// try_lock() and try_lock_shared() calls in progress leave nothing behind (fork() waits for a
-/// try_lock() past its ticket), and a write lock the forking thread holds stays its own to
+/// try_lock() past its ticket, for an unlock() and for a writer closing the gate, so none is
+/// copied half done), and a write lock the forking thread holds stays its own to
 /// unlock; a lock another thread held (read or write), or was taking past its fence, stays
 /// held, as with any lock. Destroying a lock that is held is undefined, as for
 /// std::shared_mutex.
