@@ -22,19 +22,16 @@ __attribute__((constructor)) void register_fork_handlers() {
 
 }  // namespace
 
-bool fork_window::try_enter() noexcept {
-  if (g_forking.load(std::memory_order_seq_cst)) return false;
-  g_open.fetch_add(1, std::memory_order_seq_cst);
-  if (!g_forking.load(std::memory_order_seq_cst)) return true;
-  g_open.fetch_sub(1, std::memory_order_seq_cst);
-  return false;
+fork_window::fork_window() noexcept {
+  for (;;) {
+    while (g_forking.load(std::memory_order_seq_cst)) sched_yield();
+    g_open.fetch_add(1, std::memory_order_seq_cst);
+    if (!g_forking.load(std::memory_order_seq_cst)) return;
+    g_open.fetch_sub(1, std::memory_order_seq_cst);  // a fork() began: wait it out
+  }
 }
 
-void fork_window::enter() noexcept {
-  while (!try_enter()) sched_yield();
-}
-
-void fork_window::leave() noexcept {
+fork_window::~fork_window() {
   g_open.fetch_sub(1, std::memory_order_seq_cst);
 }
 

@@ -1,6 +1,7 @@
 // Windows that fork() does not split: a thread that changes a shared object in several steps
-// (percpu_rwsem's try_lock(), percpu_ref's kill() and resurrect()) opens one for those steps,
-// and fork() waits until none is open, so a child never inherits such a change half done.
+// (percpu_rwsem's try_lock(), a writer's closing and release of the gate; percpu_ref's kill()
+// and resurrect()) opens one for those steps, and fork() waits until none is open, so a child
+// never inherits such a change half done.
 #pragma once
 
 namespace percpu::detail {
@@ -10,19 +11,13 @@ namespace percpu::detail {
 /// runs waits until it is over. Keep the window short and call no user code inside it (a
 /// callback that forks from inside its own window would wait for itself). Not in a signal
 /// handler (it may wait for a fork on its own thread).
+/// Windows nest (they are a count).
 class fork_window {
  public:
-  fork_window() noexcept { enter(); }
-  ~fork_window() { leave(); }
+  fork_window() noexcept;
+  ~fork_window();
   fork_window(const fork_window&) = delete;
   fork_window& operator=(const fork_window&) = delete;
-
-  /// The window's two ends, for a window that is not a scope. try_enter() opens one unless a
-  /// fork() is in progress (returns false, opening nothing): for code that must not wait,
-  /// such as a signal handler's. Windows nest (they are a count).
-  static void enter() noexcept;
-  static bool try_enter() noexcept;
-  static void leave() noexcept;
 };
 
 /// The first fork stage's handlers (fork_order.cpp): waits until no window is open and keeps

@@ -168,11 +168,23 @@ void rwsem_core::wake_writer() noexcept {
   wake(drain_, drain_sleepers_);
 }
 
+std::intptr_t rwsem_core::close_gate() noexcept {
+  // The gate and the shared count's bit change together, as far as a fork() can tell.
+  const fork_window no_fork;
+  const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
+  shared_.fetch_or(kSharedWriter, std::memory_order_seq_cst);
+  return before;
+}
+
 void rwsem_core::leave(bool reopen) noexcept {
+  // A fork() copies the lock held or released, never half released (the gate open but the
+  // next writer's turn not yet passed on).
+  const fork_window no_fork;
   shared_.fetch_and(~kSharedWriter, std::memory_order_seq_cst);
   __atomic_fetch_and(&gate_, reopen ? 0 : ~kWriter, __ATOMIC_SEQ_CST);
   gen_.fetch_add(1, std::memory_order_seq_cst);
   wake(gen_, gen_sleepers_);
+  next_writer();
 }
 
 void rwsem_core::next_writer() noexcept {
@@ -187,21 +199,13 @@ std::error_code rwsem_core::lock_exclusive() noexcept {
   // Readers that waited for the previous writer enter first.
   wait_on(waiting_, waiting_sleepers_,
           [&] { return waiting_.load(std::memory_order_seq_cst) == 0; });
-  std::intptr_t before;
-  {
-    // The gate and the shared count's bit change together, as far as a fork() can tell.
-    const fork_window no_fork;
-    before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
-    shared_.fetch_or(kSharedWriter, std::memory_order_seq_cst);
-  }
+  const std::intptr_t before = close_gate();
   if ((before & kClosed) == 0) {
     // The per-CPU path was open: fence, so every reader section either has its add in a slot
     // now or aborts and finds the gate closed.
     const std::int64_t start = now_ns();
     if (const std::error_code e = try_fence_all()) {
-      const fork_window no_fork;
       leave(true);
-      next_writer();
       return e;
     }
     fence_ns_ = now_ns() - start;
@@ -231,13 +235,10 @@ remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
     next_writer();
     return {false, {}};
   }
-  const std::intptr_t before = __atomic_fetch_or(&gate_, kClosed | kWriter, __ATOMIC_SEQ_CST);
-  shared_.fetch_or(kSharedWriter, std::memory_order_seq_cst);
-  const bool fenced = (before & kClosed) == 0;
+  const bool fenced = (close_gate() & kClosed) == 0;
   const std::error_code e = fenced ? try_fence_all() : std::error_code{};
   if (e || readers() != 0) {
     leave(fenced);
-    next_writer();
     return {false, e};
   }
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -246,12 +247,8 @@ remote_result<bool> rwsem_core::try_lock_exclusive() noexcept {
 }
 
 void rwsem_core::unlock_exclusive() noexcept {
-  // A fork() copies the lock held or released, never half released (the gate open but the
-  // next writer's turn not yet passed on).
-  const fork_window no_fork;
   owner_ = pthread_t{};
   leave(false);
-  next_writer();
 }
 
 }  // namespace percpu::detail

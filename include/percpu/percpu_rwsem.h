@@ -79,9 +79,12 @@ class rwsem_core {
   PERCPU_API void reader_wait_end() noexcept;
   /// unlock_shared() found a writer: tells it, if it sleeps waiting for the readers to leave.
   PERCPU_API void wake_writer() noexcept;
+  /// A writer whose turn came closes the gate: sets kClosed and kWriter, and the shared
+  /// count's kSharedWriter, in one fork window; returns the gate before.
+  std::intptr_t close_gate() noexcept;
   /// Ends a writer's hold of the gate (its lock, or an attempt that failed): clears kWriter,
-  /// and kClosed too when `reopen` (the attempt that closed it gives up); wakes the readers
-  /// that wait for it.
+  /// and kClosed too when `reopen` (the attempt that closed it gives up), wakes the readers
+  /// that wait for it, and passes the turn to the next ticket, all in one fork window.
   void leave(bool reopen) noexcept;
   /// Passes the writers' turn to the next ticket.
   void next_writer() noexcept;
