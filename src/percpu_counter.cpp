@@ -5,11 +5,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <ctime>
+#include <mutex>
 #include <stdexcept>
 
-#include <mutex>
-
+#include "closed_slots.h"
 #include "fork_order.h"
 #include "reopen_window.h"
 
@@ -169,11 +168,9 @@ remote_result<bool> batched_core::limited_add_shared(std::int64_t n, std::int64_
         return {false, e};
       }
       fence_ns_ = now_ns() - start;
-      // No section commits on a slot now: take each with an exchange.
-      std::uint64_t folded = 0;
-      for (int i = 0; i < slots_.size(); ++i)
-        folded += static_cast<std::uint64_t>(__atomic_exchange_n(&slots_[i], 0, __ATOMIC_ACQ_REL));
-      count_.fetch_add(static_cast<std::int64_t>(folded), std::memory_order_relaxed);
+      // No section commits on a slot now: fold them all.
+      count_.fetch_add(static_cast<std::int64_t>(take_closed_slots(slots_)),
+                       std::memory_order_relaxed);
       reopen_at_ns_.store(now_ns() + kReopenFactor * fence_ns_, std::memory_order_relaxed);
       __atomic_store_n(&gate_, kExact, __ATOMIC_SEQ_CST);
     }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "closed_slots.h"
 #include "fork_window.h"
 
 namespace percpu::detail {
@@ -76,17 +77,9 @@ std::error_code ref_core::switch_to_atomic(const char*& misuse, std::intptr_t& n
     __atomic_store_n(&mode_, 0, __ATOMIC_SEQ_CST);
     return e;
   }
-  // No section should commit on a slot now: fold their sum into the shared count, and zero
-  // them for a resurrect(). Each slot is taken with an exchange, and after a second fence once
-  // more: on Linux 7.2 under emulation (8 vCPUs) a get or put was seen to commit just after the
-  // fence returned, and a load-then-store fold lost it (the count ended one too high, in 1 run
-  // of 3); an exchange loses nothing, and the second pass folds what landed meanwhile.
-  std::uintptr_t sum = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) (void)try_fence_all();
-    for (int i = 0; i < slots_.size(); ++i)
-      sum += static_cast<std::uintptr_t>(__atomic_exchange_n(&slots_[i], 0, __ATOMIC_ACQ_REL));
-  }
+  // No section commits on a slot now: fold their sum into the shared count, and zero them for
+  // a resurrect().
+  const std::uintptr_t sum = take_closed_slots(slots_);
   std::atomic_thread_fence(std::memory_order_acquire);  // the per-CPU puts' holders came first
   const std::intptr_t total =
       count_.fetch_add(static_cast<std::intptr_t>(sum) - kBias, std::memory_order_acq_rel) +
