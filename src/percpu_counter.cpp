@@ -47,20 +47,12 @@ __attribute__((constructor)) void register_fork_handlers() {
 }  // namespace
 
 batched_core::batched_core(int slots, std::int64_t batch)
-    : slots_(slots),
-      batch_(checked_batch(batch, slots)),
-      low_(-(batch_ - 1)),
-      span_(static_cast<std::uintptr_t>(2 * (batch_ - 1))),
-      bound_((batch_ - 1) * (std::int64_t{slots} + 2)) {
+    : slots_(slots), batch_(checked_batch(batch, slots)) {
   enroll();
 }
 
 batched_core::batched_core(int slots, pool_base& from, std::int64_t batch)
-    : slots_(slots, from),
-      batch_(checked_batch(batch, slots)),
-      low_(-(batch_ - 1)),
-      span_(static_cast<std::uintptr_t>(2 * (batch_ - 1))),
-      bound_((batch_ - 1) * (std::int64_t{slots} + 2)) {
+    : slots_(slots, from), batch_(checked_batch(batch, slots)) {
   enroll();
 }
 

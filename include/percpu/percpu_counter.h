@@ -66,11 +66,11 @@ class batched_core {
 
   slot_array<std::intptr_t> slots_;
   const std::intptr_t batch_;
-  // Slot ranges as the bounded add takes them (low, span): add() keeps a slot within
-  // [-(batch - 1), batch - 1]; limited_add()'s fast path within [-(batch - 1), 0].
-  const std::intptr_t low_;
-  const std::uintptr_t span_;
-  const std::int64_t bound_;  // (batch - 1) * (slots + 2)
+  // The slot range as the bounded and capped adds take it (low, span): every slot stays
+  // within [-(batch - 1), batch - 1]. Kept, not derived at each add: two loads, no arithmetic.
+  const std::intptr_t low_ = -(batch_ - 1);
+  const std::uintptr_t span_ = static_cast<std::uintptr_t>(2 * (batch_ - 1));
+  const std::int64_t bound_ = (batch_ - 1) * (std::int64_t{slots_.size()} + 2);
   // Read by every section: a line of its own.
   alignas(64) std::intptr_t gate_ = 0;
   // The shared count, and the fold lock's sequence (odd while a thread moves value between
