@@ -5,11 +5,11 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <mutex>
 #include <stdexcept>
 
 #include "closed_slots.h"
 #include "fork_order.h"
+#include "intrusive_registry.h"
 #include "reopen_window.h"
 
 namespace percpu::detail {
@@ -26,18 +26,15 @@ std::int64_t checked_batch(std::int64_t batch, int slots) {
 // Every percpu_counter of the process: fork() takes each one's fold lock, so that no fold or
 // drain is copied half done (a fold's value between its slot and the shared count would be
 // lost in the child, and its lock held there forever).
-std::mutex g_registry_mutex;
-batched_core* g_registry = nullptr;
+constinit intrusive_registry<batched_core> g_registry;
 
 void lock_for_fork() {
-  g_registry_mutex.lock();
-  for (batched_core* c = g_registry; c != nullptr; c = batched_core::next_in_registry(c))
-    c->fork_lock();
+  g_registry.lock();
+  g_registry.for_each([](batched_core& c) { c.fork_lock(); });
 }
 void unlock_after_fork() {
-  for (batched_core* c = g_registry; c != nullptr; c = batched_core::next_in_registry(c))
-    c->fork_unlock();
-  g_registry_mutex.unlock();
+  g_registry.for_each([](batched_core& c) { c.fork_unlock(); });
+  g_registry.unlock();
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
@@ -57,20 +54,11 @@ batched_core::batched_core(int slots, pool_base& from, std::int64_t batch)
 }
 
 batched_core::~batched_core() {
-  std::lock_guard<std::mutex> hold(g_registry_mutex);
-  if (prev_ != nullptr) {
-    prev_->next_ = next_;
-  } else {
-    g_registry = next_;
-  }
-  if (next_ != nullptr) next_->prev_ = prev_;
+  g_registry.remove(this);
 }
 
 void batched_core::enroll() {
-  std::lock_guard<std::mutex> hold(g_registry_mutex);
-  next_ = g_registry;
-  if (g_registry != nullptr) g_registry->prev_ = this;
-  g_registry = this;
+  g_registry.add(this);
 }
 
 void batched_core::fork_lock() noexcept {

@@ -10,6 +10,7 @@
 #include "percpu/counter.h"
 #include "percpu/cpu.h"
 #include "percpu/freelist.h"
+#include "percpu/histogram.h"
 #include "percpu/membarrier.h"
 #include "percpu/memcpy_buffer.h"
 #include "percpu/ops.h"

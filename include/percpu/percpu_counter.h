@@ -42,10 +42,9 @@ class batched_core {
   static constexpr std::intptr_t kDraining = 1;
   static constexpr std::intptr_t kExact = 2;
   /// fork(): its prepare handler takes every counter's fold lock (none is then half done), the
-  /// parent's and child's release them; the registry's walk.
+  /// parent's and child's release them.
   void fork_lock() noexcept;
   void fork_unlock() noexcept;
-  static batched_core* next_in_registry(const batched_core* c) noexcept { return c->next_; }
 
   /// The largest batch: slots and their sums stay far from overflow.
   static constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
@@ -83,7 +82,9 @@ class batched_core {
 
  private:
   void enroll();
-  batched_core* next_ = nullptr;  // the registry (percpu_counter.cpp), under its mutex
+
+ public:  // the registry's links (percpu_counter.cpp), under its mutex
+  batched_core* next_ = nullptr;
   batched_core* prev_ = nullptr;
 };
 

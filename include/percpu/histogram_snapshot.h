@@ -1,0 +1,87 @@
+// A histogram's recorded values at one instant: bucket counts, their total, the sum of the
+// values, quantiles, merging. What percpu::histogram::snapshot() returns.
+#pragma once
+
+#define PERCPU_PUBLIC_HEADER 1  // lets it include percpu/internal/
+
+#include "percpu/internal/config.h"  // first: the C++20 check
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "percpu/histogram_layout.h"
+
+namespace percpu {
+
+/// A plain value (copyable, movable, no link to the histogram it came from): one count per
+/// bucket of its layout, the sum of the recorded values and how many were above the range.
+///
+/// Consistency: a snapshot taken from a histogram holds exactly the records that completed
+/// before some instant during snapshot() and none after it, so count() is the sum of the
+/// buckets and sum() is the sum of exactly those records' values.
+///
+/// Thread safety: a const snapshot may be read from any number of threads; merge() and reset()
+/// need exclusive access, as for any value.
+class histogram_snapshot {
+ public:
+  /// An empty snapshot of `layout`. Throws std::bad_alloc.
+  explicit histogram_snapshot(const histogram_layout& layout = {})
+      : layout_(layout), counts_(layout.bucket_count(), 0) {}
+
+  const histogram_layout& layout() const noexcept { return layout_; }
+
+  /// Number of values recorded in bucket i (layout().lowest(i) .. layout().highest(i)).
+  /// Precondition: i < layout().bucket_count(); bucket(i) checks it (std::out_of_range).
+  std::uint64_t operator[](std::size_t i) const noexcept { return counts_[i]; }
+  std::uint64_t bucket(std::size_t i) const { return counts_.at(i); }
+  const std::vector<std::uint64_t>& buckets() const noexcept { return counts_; }
+
+  /// Number of values recorded: the sum of the buckets. O(1) (kept with the buckets).
+  std::uint64_t count() const noexcept { return count_; }
+  /// Sum of the recorded values (wraps modulo 2^64, as unsigned arithmetic does).
+  std::uint64_t sum() const noexcept { return sum_; }
+  /// Number of recorded values above layout().max_value() (counted in the last bucket too).
+  std::uint64_t above_range() const noexcept { return above_; }
+  /// sum() / count() (0 when empty).
+  PERCPU_API double mean() const noexcept;
+
+  /// The value at quantile q in [0, 1]: the highest value of the bucket that holds the
+  /// ceil(q * count())-th smallest recorded value (at least the first), as HdrHistogram's
+  /// getValueAtPercentile reports; within the layout's relative precision of that value.
+  /// 0 when empty. Throws std::invalid_argument for q outside [0, 1] (NaN included).
+  PERCPU_API std::uint64_t value_at_quantile(double q) const;
+
+  /// Number of recorded values whose bucket lies wholly at or below v: the cumulative count a
+  /// Prometheus bucket with upper bound v reports (a bucket that straddles v counts above it,
+  /// so the answer is exact when v is some bucket's highest value).
+  PERCPU_API std::uint64_t count_at_or_below(std::uint64_t v) const noexcept;
+
+  /// The lowest and highest recorded value, to the layout's precision (the lowest value of the
+  /// first nonempty bucket, the highest of the last); 0 when empty.
+  PERCPU_API std::uint64_t min() const noexcept;
+  PERCPU_API std::uint64_t max() const noexcept;
+
+  /// Adds other's records to this one's. Throws std::invalid_argument, changing nothing, when
+  /// the layouts differ.
+  PERCPU_API histogram_snapshot& merge(const histogram_snapshot& other);
+
+  /// Empties it (the layout stays).
+  PERCPU_API void reset() noexcept;
+
+  /// Adds `n` records to bucket i with total value `sum` and `above` of them above range: how
+  /// a histogram fills a snapshot, and how tests and importers build one. Precondition:
+  /// i < layout().bucket_count() (std::out_of_range otherwise, nothing changed).
+  PERCPU_API void add_bucket(std::size_t i, std::uint64_t n);
+  void add_sum(std::uint64_t s) noexcept { sum_ += s; }
+  void add_above_range(std::uint64_t n) noexcept { above_ += n; }
+
+ private:
+  histogram_layout layout_;
+  std::vector<std::uint64_t> counts_;
+  std::uint64_t count_ = 0;
+  std::uint64_t sum_ = 0;
+  std::uint64_t above_ = 0;
+};
+
+}  // namespace percpu

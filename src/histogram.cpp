@@ -1,0 +1,162 @@
+// histogram's shared side: the banks' memory, the snapshot's flip, fence, drain and fold, and
+// the fork() stage (percpu/histogram.h says the contract).
+#include "percpu/histogram.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+
+#include "fork_order.h"
+#include "fork_window.h"
+#include "intrusive_registry.h"
+#include "percpu/remote.h"
+
+namespace percpu::detail {
+namespace {
+
+// Every histogram of the process: fork() closes each one's hot bank and waits until no record
+// is inside it, so that no record is copied half done (its bucket counted, its sum not, and the
+// bank marked entered forever in the child).
+constinit intrusive_registry<histogram_core> g_registry;
+
+void close_for_fork() {
+  g_registry.lock();
+  bool any = false;
+  g_registry.for_each([&](histogram_core& h) {
+    h.fork_close();
+    any = true;
+  });
+  if (!any) return;
+  // Without a fence the waits below still see every record that entered before the gates
+  // closed, but may miss one whose section committed just after.
+  (void)try_fence_all();
+  g_registry.for_each([](histogram_core& h) { h.fork_wait(); });
+}
+void reopen_after_fork() {
+  g_registry.for_each([](histogram_core& h) { h.fork_reopen(); });
+  g_registry.unlock();
+}
+
+__attribute__((constructor)) void register_fork_handlers() {
+  set_fork_handlers(fork_stage::histograms, close_for_fork, reopen_after_fork, reopen_after_fork);
+}
+
+std::uintptr_t bank_stride(std::size_t bank_words) {
+  return (2 * bank_words * sizeof(std::intptr_t) + 63) / 64 * 64;
+}
+
+void spin_or_yield(int& spins) noexcept {
+  if (++spins < 64) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+  } else {
+    sched_yield();
+  }
+}
+
+}  // namespace
+
+histogram_core::histogram_core(int slots, const histogram_layout& layout)
+    : layout_(layout),
+      slots_(slots),
+      bank_words_(kBucket0 + layout.bucket_count()),
+      stride_(bank_stride(bank_words_)),
+      base_(
+          reinterpret_cast<std::uintptr_t>(map_zeroed(static_cast<std::size_t>(slots) * stride_))),
+      total_(layout) {
+  g_registry.add(this);
+}
+
+histogram_core::~histogram_core() {
+  g_registry.remove(this);
+  munmap(reinterpret_cast<void*>(base_), static_cast<std::size_t>(slots_) * stride_);
+}
+
+void histogram_core::yield_now() noexcept {
+  sched_yield();
+}
+
+std::intptr_t histogram_core::entered(int bank) const noexcept {
+  const slot_table t = table(bank, kEntered);
+  std::uintptr_t sum = 0;
+  for (int i = 0; i < slots_; ++i)
+    sum += static_cast<std::uintptr_t>(__atomic_load_n(t.words(i), __ATOMIC_RELAXED));
+  return static_cast<std::intptr_t>(sum);
+}
+
+// After the bank's gate closed and a fence: no record enters it any more, and every one that
+// entered before is counted in its kEntered words, so their sum only falls, to zero.
+void histogram_core::wait_until_left(int bank) const noexcept {
+  int spins = 0;
+  while (entered(bank) != 0) spin_or_yield(spins);
+  // What the records wrote before they left (their release fence) is seen from here on.
+  std::atomic_thread_fence(std::memory_order_acquire);
+}
+
+// Adds the quiescent bank to total_ and zeroes it (only the words that are not zero: a page no
+// record touched is read, never written, so it stays unpopulated).
+void histogram_core::fold_bank(int bank) {
+  const std::uintptr_t first = base_ + static_cast<std::uintptr_t>(bank) * bank_words_ * 8;
+  for (int i = 0; i < slots_; ++i) {
+    auto* w = reinterpret_cast<std::intptr_t*>(first + static_cast<std::uintptr_t>(i) * stride_);
+    w[kEntered] = 0;  // the words sum to zero; one index's may not (a record that migrated)
+    if (w[kSum] != 0) {
+      total_.add_sum(static_cast<std::uint64_t>(w[kSum]));
+      w[kSum] = 0;
+    }
+    if (w[kAbove] != 0) {
+      total_.add_above_range(static_cast<std::uint64_t>(w[kAbove]));
+      w[kAbove] = 0;
+    }
+    for (std::size_t b = 0; b + kBucket0 < bank_words_; ++b) {
+      const std::intptr_t n = w[kBucket0 + b];
+      if (n == 0) continue;
+      total_.add_bucket(b, static_cast<std::uint64_t>(n));
+      w[kBucket0 + b] = 0;
+    }
+  }
+}
+
+std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
+  // The reset's empty total, allocated before anything changes (std::bad_alloc loses nothing).
+  histogram_snapshot fresh(reset ? layout_ : histogram_layout(0, 1));
+  // A fork() copies the banks before the flip or after the fold, never between.
+  const fork_window no_fork;
+  const std::lock_guard<std::mutex> hold(mutex_);
+  const int old = hot_, next = 1 - old;
+  // Open the other bank, make it hot, close the old one: a record that read the old bank as hot
+  // either enters it before the gate closes (and the drain waits for it) or finds it closed
+  // and enters the new one.
+  __atomic_store_n(&gate_[next], 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hot_, next, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&gate_[old], 1, __ATOMIC_SEQ_CST);
+  // No fence: the old bank's records stay in it, closed, and the next snapshot's flip reopens
+  // it: nothing is lost, and total_ is as it was.
+  if (const std::error_code e = try_fence_all()) return e;
+  wait_until_left(old);
+  fold_bank(old);
+  if (reset) {
+    out = std::move(total_);
+    total_ = std::move(fresh);
+  } else {
+    out = total_;
+  }
+  return {};
+}
+
+void histogram_core::fork_close() noexcept {
+  __atomic_store_n(&gate_[hot_], 1, __ATOMIC_SEQ_CST);
+}
+
+void histogram_core::fork_wait() noexcept {
+  wait_until_left(0);
+  wait_until_left(1);
+}
+
+void histogram_core::fork_reopen() noexcept {
+  __atomic_store_n(&gate_[hot_], 0, __ATOMIC_SEQ_CST);
+}
+
+}  // namespace percpu::detail
