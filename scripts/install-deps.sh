@@ -4,7 +4,8 @@
 # tcmalloc and mimalloc: the allocators `percpu bench malloc` compares; rt-tests' hackbench and
 # linux-perf's `perf bench sched`: the context-switch check; gnuplot-nox: the report's plots;
 # valgrind: a worker pool joined from a static destructor, checked under it; oneTBB, Abseil and
-# liburcu: the locks `percpu bench readmostly` compares).
+# liburcu: the locks `percpu bench readmostly` compares; prometheus-cpp: the optional exporter,
+# its HTTP scrape test and the histograms `percpu bench metrics` compares).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
-  libtbb-dev libabsl-dev liburcu-dev
+  libtbb-dev libabsl-dev liburcu-dev prometheus-cpp-dev
   python3 sqlite3 git
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   rt-tests linux-perf gnuplot-nox valgrind

@@ -44,6 +44,11 @@ cmake -S "$src/tests/builds/install_check" -B "$work/cmake" -DCMAKE_CXX_COMPILER
   { cat "$work/log"; exit 1; }
 cmake --build "$work/cmake" >"$work/log" 2>&1 || { cat "$work/log"; exit 1; }
 "$work/cmake/install_check"
+if [ -f "$prefix/include/percpu/prometheus_collector.h" ]; then
+  [ -x "$work/cmake/prometheus_check" ] ||
+    { echo "FAIL: the exporter's header is installed but percpu::percpu_prometheus is not"; exit 1; }
+  "$work/cmake/prometheus_check"
+fi
 
 pcdir=$(dirname "$(find "$prefix" -name percpu.pc | head -n 1)")
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs percpu)

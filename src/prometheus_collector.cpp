@@ -1,0 +1,132 @@
+// prometheus_collector: the registered metrics and the scrape (percpu/prometheus_collector.h
+// says the contract).
+#include "percpu/prometheus_collector.h"
+
+#include <prometheus/check_names.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace percpu {
+namespace {
+
+std::vector<::prometheus::ClientMetric::Label> to_labels(const prometheus_collector::labels& l) {
+  std::vector<::prometheus::ClientMetric::Label> out;
+  for (const auto& [k, v] : l) out.push_back({k, v});
+  return out;
+}
+
+// The records at or below `bound` (exported units) of a histogram recorded in units worth `unit`.
+std::uint64_t cumulative(const histogram_snapshot& s, double bound, double unit) {
+  const double v = std::floor(bound / unit);
+  if (v < 0) return 0;
+  if (v >= 18446744073709551616.0) return s.count();
+  return s.count_at_or_below(static_cast<std::uint64_t>(v));
+}
+
+}  // namespace
+
+void prometheus_collector::add_value(const std::string& name, const std::string& help,
+                                     const labels& l, bool gauge, std::function<double()> read) {
+  metric m{name,
+           help,
+           gauge ? ::prometheus::MetricType::Gauge : ::prometheus::MetricType::Counter,
+           l,
+           std::move(read),
+           {},
+           histogram_layout(0, 1),
+           {},
+           1.0};
+  add(std::move(m));
+}
+
+void prometheus_collector::add_distribution(
+    const std::string& name, const std::string& help, const labels& l,
+    std::vector<double> upper_bounds, double unit,
+    std::function<std::error_code(histogram_snapshot&)> snapshot, const histogram_layout& layout) {
+  if (!(std::isfinite(unit) && unit > 0))
+    throw std::invalid_argument("percpu::prometheus_collector: the unit must be finite and > 0");
+  for (std::size_t i = 0; i < upper_bounds.size(); ++i) {
+    if (!std::isfinite(upper_bounds[i]) || (i > 0 && !(upper_bounds[i] > upper_bounds[i - 1])))
+      throw std::invalid_argument(
+          "percpu::prometheus_collector: histogram bounds must be finite and strictly "
+          "increasing (+Inf is added)");
+  }
+  metric m{name,
+           help,
+           ::prometheus::MetricType::Histogram,
+           l,
+           {},
+           std::move(snapshot),
+           layout,
+           std::move(upper_bounds),
+           unit};
+  add(std::move(m));
+}
+
+void prometheus_collector::add(metric m) {
+  if (!::prometheus::CheckMetricName(m.name))
+    throw std::invalid_argument("percpu::prometheus_collector: not a metric name: '" + m.name +
+                                "'");
+  for (const auto& [k, v] : m.l) {
+    // "le" is the histogram's own bucket label; names starting "__" are Prometheus's.
+    if (!::prometheus::CheckLabelName(k) || k == "le")
+      throw std::invalid_argument("percpu::prometheus_collector: not a label name: '" + k + "'");
+  }
+  const std::lock_guard<std::mutex> hold(mutex_);
+  for (const metric& o : metrics_) {
+    if (o.name != m.name) continue;
+    if (o.type != m.type || o.help != m.help)
+      throw std::invalid_argument("percpu::prometheus_collector: '" + m.name +
+                                  "' is registered with another type or help text");
+    if (o.l == m.l)
+      throw std::invalid_argument("percpu::prometheus_collector: '" + m.name +
+                                  "' with these labels is registered already");
+  }
+  metrics_.push_back(std::move(m));
+}
+
+bool prometheus_collector::remove(const std::string& name, const labels& l) {
+  const std::lock_guard<std::mutex> hold(mutex_);
+  for (auto it = metrics_.begin(); it != metrics_.end(); ++it) {
+    if (it->name == name && it->l == l) {
+      metrics_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::size_t prometheus_collector::size() const {
+  const std::lock_guard<std::mutex> hold(mutex_);
+  return metrics_.size();
+}
+
+std::vector<::prometheus::MetricFamily> prometheus_collector::Collect() const {
+  const std::lock_guard<std::mutex> hold(mutex_);
+  std::vector<::prometheus::MetricFamily> families;
+  std::map<std::string, std::size_t> family_of;
+  for (const metric& m : metrics_) {
+    ::prometheus::ClientMetric cm;
+    cm.label = to_labels(m.l);
+    if (m.type == ::prometheus::MetricType::Histogram) {
+      histogram_snapshot s(m.layout);
+      if (m.snapshot(s)) continue;  // no fence possible: left out of this scrape
+      cm.histogram.sample_count = s.count();
+      cm.histogram.sample_sum = static_cast<double>(s.sum()) * m.unit;
+      for (const double b : m.bounds) cm.histogram.bucket.push_back({cumulative(s, b, m.unit), b});
+      cm.histogram.bucket.push_back({s.count(), std::numeric_limits<double>::infinity()});
+    } else if (m.type == ::prometheus::MetricType::Counter) {
+      cm.counter.value = m.read();
+    } else {
+      cm.gauge.value = m.read();
+    }
+    auto [it, fresh] = family_of.try_emplace(m.name, families.size());
+    if (fresh) families.push_back({m.name, m.help, m.type, {}});
+    families[it->second].metric.push_back(std::move(cm));
+  }
+  return families;
+}
+
+}  // namespace percpu
