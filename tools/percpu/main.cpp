@@ -102,8 +102,9 @@ int run(int argc, char** argv) {
 
   auto* metrics = bench->add_subcommand(
       "metrics",
-      "The batched counter at 1 to 4x the CPUs: percpu_counter add, read, sum and limited_add vs "
-      "percpu::counter, std::atomic and tbb::combinable");
+      "The batched counter and the histogram at 1 to 4x the CPUs: percpu_counter add, read, sum "
+      "and limited_add vs percpu::counter, std::atomic and tbb::combinable; histogram record vs "
+      "prometheus-cpp and a mutex");
 
   auto* list = bench->add_subcommand(
       "list", "A free list shared by 1-256 threads: percpu vs a Treiber stack and a mutex list");

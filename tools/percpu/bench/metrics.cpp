@@ -6,7 +6,10 @@
 //   read:    one read of the value (percpu_counter's read() and sum(), percpu::counter's load(),
 //            std::atomic's load, tbb::combinable's combine()), with no thread writing;
 //   limited: a budget's charge and release, limited_add(1, limit) + sub(1) far below the limit,
-//            against a compare-and-swap loop on one std::atomic.
+//            against a compare-and-swap loop on one std::atomic;
+//   record:  one value into one histogram shared by all threads (percpu::histogram in both index
+//            modes, inlined and through a call, against prometheus-cpp's Histogram::Observe and
+//            Counter::Increment and an array under a std::mutex with the same layout).
 // ns per operation of the whole process, medians of repetitions, ratios side by side.
 #include <fmt/core.h>
 
@@ -14,10 +17,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #ifdef PERCPU_HAVE_TBB
 #include <oneapi/tbb/combinable.h>
+#endif
+
+#ifdef PERCPU_HAVE_PROMETHEUS
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
 #endif
 
 #include "bench/runner.h"
@@ -40,6 +49,70 @@ tbb::combinable<std::int64_t>* g_combinable;
 
 // A limit the benchmark never reaches: the charges stay on the fast path.
 constexpr std::int64_t kLimit = std::int64_t{1} << 50;
+
+// ---- record ----
+// The histograms' layout (1/128 precision up to one hour in ns), and the values recorded:
+// latency-like, 64 ns .. 64 us, from a per-thread xorshift (one multiply-free step per value).
+const histogram_layout kLayout;
+histogram<index_mode::cpu_id>* g_histogram_cpu;
+histogram<index_mode::mm_cid>* g_histogram_cid;
+// A mutex-protected histogram: what a program writes without per-CPU data.
+struct locked_histogram {
+  std::mutex mutex;
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(kLayout.bucket_count());
+  std::uint64_t sum = 0;
+  void record(std::uint64_t v) {
+    const std::size_t i = kLayout.index_of(v);
+    const std::lock_guard<std::mutex> hold(mutex);
+    ++counts[i];
+    sum += v;
+  }
+};
+locked_histogram* g_locked;
+#ifdef PERCPU_HAVE_PROMETHEUS
+prometheus::Histogram* g_prom_histogram;
+prometheus::Counter* g_prom_counter;
+#endif
+
+struct value_stream {
+  std::uint64_t x;
+  explicit value_stream(int thread) : x(0x9e3779b97f4a7c15ull * (thread + 1)) {}
+  std::uint64_t next() {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return 64 + (x & 0xffff);
+  }
+};
+
+std::uint64_t record_cpu(int t, const std::atomic<bool>& stop) {
+  value_stream v(t);
+  return run_until(stop, [&] { g_histogram_cpu->record(v.next()); });
+}
+std::uint64_t record_cid(int t, const std::atomic<bool>& stop) {
+  value_stream v(t);
+  return run_until(stop, [&] { g_histogram_cid->record(v.next()); });
+}
+[[gnu::noinline]] void record_call(histogram<index_mode::cpu_id>& h, std::uint64_t v) {
+  h.record(v);
+}
+std::uint64_t record_cpu_call(int t, const std::atomic<bool>& stop) {
+  value_stream v(t);
+  return run_until(stop, [&] { record_call(*g_histogram_cpu, v.next()); });
+}
+std::uint64_t record_locked(int t, const std::atomic<bool>& stop) {
+  value_stream v(t);
+  return run_until(stop, [&] { g_locked->record(v.next()); });
+}
+#ifdef PERCPU_HAVE_PROMETHEUS
+std::uint64_t record_prometheus(int t, const std::atomic<bool>& stop) {
+  value_stream v(t);
+  return run_until(stop, [&] { g_prom_histogram->Observe(static_cast<double>(v.next())); });
+}
+std::uint64_t increment_prometheus(int, const std::atomic<bool>& stop) {
+  return run_until(stop, [] { g_prom_counter->Increment(); });
+}
+#endif
 
 // ---- add ----
 std::uint64_t add_batched_cpu(int, const std::atomic<bool>& stop) {
@@ -156,6 +229,22 @@ std::vector<contender> limited_contenders() {
   };
 }
 
+std::vector<contender> record_contenders() {
+  std::vector<contender> c = {
+      {"record: percpu histogram (cpu_id)", "histogram cpu_id", record_cpu},
+      {"record: percpu histogram (mm_cid)", "histogram mm_cid", record_cid},
+      {"record: percpu histogram (cpu_id), through a call", "histogram call", record_cpu_call},
+      {"record: array under a std::mutex", "std::mutex array", record_locked},
+  };
+#ifdef PERCPU_HAVE_PROMETHEUS
+  c.push_back(
+      {"record: prometheus-cpp Histogram::Observe", "prometheus Observe", record_prometheus});
+  c.push_back(
+      {"record: prometheus-cpp Counter::Increment", "prometheus Increment", increment_prometheus});
+#endif
+  return c;
+}
+
 }  // namespace
 
 int bench_metrics(const bench_options& options) {
@@ -173,15 +262,31 @@ int bench_metrics(const bench_options& options) {
   tbb::combinable<std::int64_t> combinable;
   g_combinable = &combinable;
 #endif
+  histogram<index_mode::cpu_id> histogram_cpu(kLayout);
+  histogram<index_mode::mm_cid> histogram_cid(kLayout);
+  g_histogram_cpu = &histogram_cpu;
+  g_histogram_cid = &histogram_cid;
+  locked_histogram locked;
+  g_locked = &locked;
+#ifdef PERCPU_HAVE_PROMETHEUS
+  // prometheus-cpp's own objects, as its Registry makes them: 12 buckets over the values' range
+  // (Observe searches them), and a counter.
+  prometheus::Histogram prom_histogram(prometheus::Histogram::BucketBoundaries{
+      64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072});
+  prometheus::Counter prom_counter;
+  g_prom_histogram = &prom_histogram;
+  g_prom_counter = &prom_counter;
+#endif
   const bench_plan plan = make_plan(options, {7, 0.2}, {3, 0.05});
   // Warm up (pages, caches, the clock's speed) before the first measurement, which is ours.
   for (int i = 0; i < 20000000; ++i) batched_cpu.add(1);
   const std::vector<int> threads = cpu_scaled_thread_counts();
   const std::vector<contender> adds = add_contenders(), reads = read_contenders(),
-                               limited = limited_contenders();
+                               limited = limited_contenders(), records = record_contenders();
   register_contenders(adds, threads, plan);
   register_contenders(reads, threads, plan);
   register_contenders(limited, threads, plan);
+  register_contenders(records, threads, plan);
   const auto results = run_registered("metrics");
   const int cpus = static_cast<int>(machine_topology().allowed_cpus.size());
 
@@ -206,6 +311,12 @@ int bench_metrics(const bench_options& options) {
   print_thread_table(results, threads, limited, limited[0].name,
                      {{"limited: std::atomic CAS loop", "atomic/"}});
 
+  fmt::print("\nrecord one value (64 ns .. 64 us) into one histogram shared by all threads:\n");
+  std::fflush(stdout);
+  print_thread_table(results, threads, records, records[0].name,
+                     {{"record: array under a std::mutex", "mutex/"},
+                      {"record: prometheus-cpp Histogram::Observe", "Observe/"}});
+
   const bench_result* a1 = find_result(results, adds[0].name, 1);
   const bench_result* e1 = find_result(results, "add: percpu counter (exact read)", 1);
   const bench_result* r1 = find_result(results, reads[0].name, 1);
@@ -221,12 +332,23 @@ int bench_metrics(const bench_options& options) {
         a1->median_ns / e1->median_ns, a1->median_ns, e1->median_ns, ac->median_ns / ec->median_ns,
         ac->median_ns, ec->median_ns, r1->median_ns / l1->median_ns, r1->median_ns, l1->median_ns);
 
+  for (int n : {1, 2}) {
+    const bench_result* h = find_result(results, records[0].name, n);
+    const bench_result* o = find_result(results, "record: prometheus-cpp Histogram::Observe", n);
+    if (h && o)
+      fmt::print(
+          "at {} thread{} a histogram record takes {:.2f} ns, {:.2f}x faster than "
+          "prometheus-cpp's Observe ({:.2f} ns)\n",
+          n, n == 1 ? "" : "s", h->median_ns, o->median_ns / h->median_ns, o->median_ns);
+  }
+
   if (!options.json_out.empty()) {
     nlohmann::json extra;
     extra["mode"] = reg.fallback ? "fallback" : "rseq";
     nlohmann::json labels = contender_labels(adds);
     labels.update(contender_labels(reads));
     labels.update(contender_labels(limited));
+    labels.update(contender_labels(records));
     extra["labels"] = labels;
     extra["threads"] = threads;
     extra["cpus"] = cpus;

@@ -222,7 +222,8 @@ std::vector<plot> make_plots(const std::string& dir, const std::vector<suite_run
   part_plots("readmostly", {{"read", "Read lock + unlock of one lock shared by all threads"},
                             {"ref", "Reference count get + put, one count shared by all threads"}});
   part_plots("metrics", {{"add", "Add 1 to one counter shared by all threads"},
-                         {"limited", "limited_add(1) + sub(1), one budget shared by all threads"}});
+                         {"limited", "limited_add(1) + sub(1), one budget shared by all threads"},
+                         {"record", "Record one value into one histogram shared by all threads"}});
   if (const auto* r = find_run(runs, "pool"); r && r->json.contains("resident_bytes_per_counter")) {
     auto out = data("pool");
     script += pool_plot(*r, out);

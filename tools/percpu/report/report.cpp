@@ -44,8 +44,10 @@ const std::vector<suite_spec> kSuites = {
     {"readmostly",
      "readmostly: percpu_rwsem and percpu_ref against reader-writer locks, RCU and atomics", 25,
      110, 3, 7},
-    {"metrics", "metrics: the batched percpu_counter against atomics and tbb::combinable", 15, 70,
-     3, 7},
+    {"metrics",
+     "metrics: the batched percpu_counter and the histogram against atomics, tbb::combinable "
+     "and prometheus-cpp",
+     20, 95, 3, 7},
     {"list", "list: a per-CPU free list against a Treiber stack and a mutex", 13, 60, 3, 7},
     {"pool", "pool: per-CPU memory, resident bytes and allocation cost", 5, 45, 3, 7},
     {"malloc", "malloc: percpu malloc against glibc, jemalloc, tcmalloc, mimalloc", 15, 480, 3, 5},

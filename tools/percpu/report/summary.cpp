@@ -410,15 +410,30 @@ std::string suite_sentence(const suite_run& run) {
                s1 = median_ns(j, "read: percpu_counter sum()");
     const auto bn = median_ns(j, "limited: percpu_counter (cpu_id)", cpus),
                cn = median_ns(j, "limited: std::atomic CAS loop", cpus);
+    const auto h1 = median_ns(j, "record: percpu histogram (cpu_id)"),
+               o1 = median_ns(j, "record: prometheus-cpp Histogram::Observe"),
+               hn = median_ns(j, "record: percpu histogram (cpu_id)", cpus),
+               on = median_ns(j, "record: prometheus-cpp Histogram::Observe", cpus),
+               mn = median_ns(j, "record: array under a std::mutex", cpus);
+    std::string histograms;
+    if (h1 && o1 && hn && on && mn)
+      histograms = fmt::format(
+          " A histogram record takes {} at 1 thread against {} for prometheus-cpp's Observe "
+          "({:.1f}x), and {} at {} threads against {} ({:.1f}x) and {} for an array under a "
+          "mutex ({:.1f}x).",
+          ns(*h1), ns(*o1), *o1 / *h1, ns(*hn), cpus, ns(*on), *on / *hn, ns(*mn), *mn / *hn);
     if (a1 && e1 && an && sn && r1 && l1 && s1 && bn && cn)
-      return fmt::format(
-          "A percpu_counter add takes {} at 1 thread ({:.2f}x one percpu::counter add, whose "
-          "read sums every slot); at {} threads (the CPUs) {} per add of the process against {} "
-          "for one std::atomic ({:.1f}x). Its read() takes {} ({:.2f}x a relaxed atomic load), "
-          "its exact sum() {}. A budget's limited_add + sub far below the limit takes {} at {} "
-          "threads against {} for a compare-and-swap loop on one atomic ({:.1f}x).",
-          ns(*a1), *a1 / *e1, cpus, ns(*an), ns(*sn), *sn / *an, ns(*r1), *r1 / *l1, ns(*s1),
-          ns(*bn), cpus, ns(*cn), *cn / *bn);
+      return histograms.insert(
+          0,
+          fmt::format(
+              "A percpu_counter add takes {} at 1 thread ({:.2f}x one percpu::counter add, whose "
+              "read sums every slot); at {} threads (the CPUs) {} per add of the process against "
+              "{} "
+              "for one std::atomic ({:.1f}x). Its read() takes {} ({:.2f}x a relaxed atomic load), "
+              "its exact sum() {}. A budget's limited_add + sub far below the limit takes {} at {} "
+              "threads against {} for a compare-and-swap loop on one atomic ({:.1f}x).",
+              ns(*a1), *a1 / *e1, cpus, ns(*an), ns(*sn), *sn / *an, ns(*r1), *r1 / *l1, ns(*s1),
+              ns(*bn), cpus, ns(*cn), *cn / *bn));
   } else if (run.name == "pool") {
     if (j.contains("resident_bytes_per_counter") && !j["resident_bytes_per_counter"].empty()) {
       const auto& last = j["resident_bytes_per_counter"].back();
