@@ -13,31 +13,39 @@
 namespace percpu::detail {
 namespace {
 
-// Every histogram of the process: fork() closes each one's hot bank and waits until no record
-// is inside it, so that no record is copied half done (its bucket counted, its sum not, and the
-// bank marked entered forever in the child).
+// Every histogram of the process. fork() flips each one as a snapshot does (the other bank
+// hot, the old one closed), fences once and waits until no record is inside an old bank: those
+// hold every record that completed before the fork began, none half done. The records that
+// run meanwhile go to the new banks, never wait (a signal handler's record that interrupted
+// one in an old bank finishes first, in a new bank), and are the child's to drop: in the
+// child, the new bank (where a record may have been copied half done) is emptied and the old
+// one made hot again.
 constinit intrusive_registry<histogram_core> g_registry;
 
-void close_for_fork() {
+void flip_for_fork() {
   g_registry.lock();
   bool any = false;
   g_registry.for_each([&](histogram_core& h) {
-    h.fork_close();
+    h.fork_flip();
     any = true;
   });
   if (!any) return;
-  // Without a fence the waits below still see every record that entered before the gates
-  // closed, but may miss one whose section committed just after.
+  // Without a fence the waits below still see every record that entered an old bank before
+  // its gate closed, but may miss one whose section committed just after.
   (void)try_fence_all();
   g_registry.for_each([](histogram_core& h) { h.fork_wait(); });
 }
-void reopen_after_fork() {
-  g_registry.for_each([](histogram_core& h) { h.fork_reopen(); });
+void after_fork_in_parent() {
+  g_registry.unlock();
+}
+void after_fork_in_child() {
+  g_registry.for_each([](histogram_core& h) { h.fork_child(); });
   g_registry.unlock();
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
-  set_fork_handlers(fork_stage::histograms, close_for_fork, reopen_after_fork, reopen_after_fork);
+  set_fork_handlers(fork_stage::histograms, flip_for_fork, after_fork_in_parent,
+                    after_fork_in_child);
 }
 
 std::uintptr_t bank_stride(std::size_t bank_words) {
@@ -146,17 +154,32 @@ std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
   return {};
 }
 
-void histogram_core::fork_close() noexcept {
-  __atomic_store_n(&gate_[hot_], 1, __ATOMIC_SEQ_CST);
+void histogram_core::fork_flip() noexcept {
+  const int old = hot_, next = 1 - old;
+  __atomic_store_n(&gate_[next], 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hot_, next, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&gate_[old], 1, __ATOMIC_SEQ_CST);
 }
 
 void histogram_core::fork_wait() noexcept {
-  wait_until_left(0);
-  wait_until_left(1);
+  wait_until_left(1 - hot_);
 }
 
-void histogram_core::fork_reopen() noexcept {
-  __atomic_store_n(&gate_[hot_], 0, __ATOMIC_SEQ_CST);
+void histogram_core::fork_child() noexcept {
+  const int dropped = hot_, kept = 1 - dropped;
+  zero_bank(dropped);
+  gate_[kept] = 0;
+  hot_ = kept;
+  gate_[dropped] = 1;
+}
+
+void histogram_core::zero_bank(int bank) noexcept {
+  const std::uintptr_t first = base_ + static_cast<std::uintptr_t>(bank) * bank_words_ * 8;
+  for (int i = 0; i < slots_; ++i) {
+    auto* w = reinterpret_cast<std::intptr_t*>(first + static_cast<std::uintptr_t>(i) * stride_);
+    for (std::size_t k = 0; k < bank_words_; ++k)
+      if (w[k] != 0) w[k] = 0;
+  }
 }
 
 }  // namespace percpu::detail

@@ -38,11 +38,11 @@ class histogram_core {
 
   const histogram_layout& layout() const noexcept { return layout_; }
 
-  /// The fork() stage (fork_order.h): closes every histogram's hot gate, fences once, waits
-  /// until no record is inside; the parent's and child's handlers reopen them.
-  void fork_close() noexcept;
+  /// The fork() stage (histogram.cpp): flips every histogram, fences once, waits until no
+  /// record is inside an old bank; the child drops the new bank and makes the old one hot.
+  void fork_flip() noexcept;
   void fork_wait() noexcept;
-  void fork_reopen() noexcept;
+  void fork_child() noexcept;
 
   /// Word offsets in a bank.
   static constexpr std::size_t kEntered = 0, kSum = 1, kAbove = 2, kBucket0 = 3;
@@ -51,7 +51,7 @@ class histogram_core {
   PERCPU_API histogram_core(int slots, const histogram_layout& layout);
   PERCPU_API ~histogram_core();
 
-  /// A record's wait while a fork() keeps the hot bank closed: sched_yield().
+  /// A record's wait after flips kept closing the bank it read as hot: sched_yield().
   PERCPU_API static void yield_now() noexcept;
 
   /// Copies the records so far into `out` (taking or resetting them when `reset`).
@@ -76,6 +76,7 @@ class histogram_core {
   std::intptr_t entered(int bank) const noexcept;
   void wait_until_left(int bank) const noexcept;
   void fold_bank(int bank);
+  void zero_bank(int bank) noexcept;
 
   alignas(64) std::mutex mutex_;  // snapshots, one at a time
   histogram_snapshot total_;      // the banks folded so far, under mutex_
@@ -109,13 +110,16 @@ class histogram_core {
 /// copy they return. Constructors: std::invalid_argument from a bad layout, std::bad_alloc.
 ///
 /// Thread and signal safety: record() from any thread, and async-signal-safe (sections only;
-/// in fallback mode, fallback's stripes with signals blocked). A record may wait (yielding) only
-/// while a fork() in another thread prepares. Snapshots from any thread, one at a time (others
-/// wait on a mutex), not from a signal handler that interrupted a record() or a snapshot on its
-/// own thread (it would wait for itself); no cancellation point. fork(): a snapshot in progress
-/// finishes before the copy (a fork window), and the fork waits until no record is half done
-/// (the records meanwhile yield), so the child's histogram is consistent and usable. A thread
-/// that dies inside record() (a signal handler that exits it) leaves snapshots waiting forever.
+/// in fallback mode, fallback's stripes with signals blocked); it never waits for another
+/// thread. Snapshots from any thread, one at a time (others wait on a mutex), not from a signal
+/// handler that interrupted a record() or a snapshot on its own thread (it would wait for
+/// itself); no cancellation point. fork(): a snapshot in progress finishes before the copy (a
+/// fork window); the fork flips every histogram as a snapshot does and waits until the records
+/// inside the old banks have left, so the child's histogram holds every record that completed
+/// before the fork began, none half done, and is usable (the records that ran during the fork
+/// are the parent's only). Not fork() from a signal handler that interrupted a record() (the
+/// fork would wait for it). A thread that dies inside record() (a signal handler that exits
+/// it) leaves snapshots and forks waiting forever.
 ///
 /// Memory: 2 * (buckets + 3) words per index (two banks), in a mapping of its own whose
 /// untouched pages stay unpopulated: a CPU that records few distinct values costs few pages.
@@ -190,8 +194,8 @@ class histogram : private detail::histogram_core {
   }
 
   // The entry after the fast section did not commit: again after an abort; the hot bank again
-  // after a flip closed the one read (a snapshot); the full loop where sections cannot run
-  // (fallback mode); yielding while a fork() keeps the hot bank closed. Returns the bank entered.
+  // after a flip (a snapshot's or a fork's) closed the one read; the full loop where sections
+  // cannot run (fallback mode). Returns the bank entered.
   [[gnu::noinline, gnu::cold]] int enter_cold(detail::current_result r) noexcept {
     detail::count_fast_attempt(detail::fast_status(r));
     for (int round = 0;; ++round) {
@@ -209,8 +213,8 @@ class histogram : private detail::histogram_core {
         });
         if (s == status::committed) return b;
       }
-      // The gate of bank b closed: a snapshot flipped (the other bank is hot now) or a fork()
-      // prepares (wait for it).
+      // The gate of bank b closed: a flip made the other bank hot (open). Yield only when flips
+      // keep coming faster than this thread runs.
       if (round >= 2) yield_now();
     }
   }

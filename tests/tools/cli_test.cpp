@@ -103,7 +103,7 @@ TEST(Cli, ShortStressConservesEverything) {
   ASSERT_NE(f, nullptr);
   const auto runs = nlohmann::json::parse(f);
   std::fclose(f);
-  ASSERT_EQ(runs.size(), 20u);  // 10 structures x 2 modes
+  ASSERT_EQ(runs.size(), 22u);  // 11 structures x 2 modes
   for (const auto& run : runs) {
     EXPECT_TRUE(run["passed"].get<bool>()) << run.dump();
     EXPECT_EQ(run["lost"], 0) << run["structure"];

@@ -146,8 +146,8 @@ int run(int argc, char** argv) {
       "and check that nothing is lost or duplicated");
   percpu::cli::stress_options sopt;
   const std::vector<std::string> all_structures = {
-      "counter", "freelist", "buffer",  "memcpy_buffer", "spinlock",
-      "rwsem",   "ref",      "batched", "pool",          "malloc"};
+      "counter", "freelist", "buffer",    "memcpy_buffer", "spinlock", "rwsem",
+      "ref",     "batched",  "histogram", "pool",          "malloc"};
   bool short_form = false, no_signals = false, no_migrate = false, no_yield = false,
        no_fork = false, no_drain = false;
   stress

@@ -16,7 +16,7 @@ namespace percpu::cli {
 /// What a stress run does besides the workers' own operations.
 struct stress_options {
   std::vector<std::string> structures;  ///< counter, freelist, buffer, memcpy_buffer, spinlock,
-                                        ///< rwsem, ref, batched, pool, malloc
+                                        ///< rwsem, ref, batched, histogram, pool, malloc
   std::vector<std::string> modes;       ///< cpu_id, mm_cid
   int threads = 0;                      ///< worker threads (0: 4 per allowed CPU, at least 16)
   long reps = 0;                        ///< operations per worker (0: 1,000,000)

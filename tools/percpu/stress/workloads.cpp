@@ -563,6 +563,77 @@ class batched_workload final : public stress_workload {
   percpu_counter<M> budget_{4};
 };
 
+// ---- histogram: snapshots and resets while threads record ----
+
+// One histogram whose values 0..127 each have a bucket of their own, so that a snapshot's sum
+// must equal the sum over its buckets of value x count. Workers record i % 128 (and count the
+// values they recorded), the signal handler records 1; the drainer takes snapshots and, one
+// in four, snapshot_and_reset()s, each checked for that consistency, and keeps what the resets
+// took. At the end the resets' snapshots and a last one must hold every record and every value,
+// none twice.
+template <index_mode M>
+class histogram_workload final : public stress_workload {
+ public:
+  explicit histogram_workload(stress_tally& tally) : tally_(tally) {}
+  void op(long i) override {
+    const auto v = static_cast<std::uint64_t>(i % 128);
+    histogram_.record(v);
+    values_.fetch_add(v, std::memory_order_relaxed);
+  }
+  void signal_op() noexcept override {
+    histogram_.record(1);
+    tally_.handler_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  void remote(int) override {
+    histogram_snapshot s;
+    const bool reset = ++snapshots_ % 4 == 0;
+    const std::error_code e =
+        reset ? histogram_.snapshot_and_reset_or_error(s) : histogram_.snapshot_or_error(s);
+    if (!tally_.count_drain(e)) return;
+    if (!consistent(s)) tally_.corrupt.fetch_add(1, std::memory_order_relaxed);
+    if (reset) {
+      const std::lock_guard<std::mutex> hold(taken_mutex_);
+      taken_.merge(s);
+    }
+  }
+  bool child_check() override {
+    const histogram_snapshot before = histogram_.snapshot();
+    histogram_.record(100);
+    const histogram_snapshot after = histogram_.snapshot();
+    return consistent(before) && after.count() == before.count() + 1 &&
+           after.sum() == before.sum() + 100;
+  }
+  void verify(stress_result& r) override {
+    histogram_snapshot all = histogram_.snapshot();
+    if (!consistent(all)) ++r.corrupt;
+    {
+      const std::lock_guard<std::mutex> hold(taken_mutex_);
+      all.merge(taken_);
+    }
+    const std::uint64_t expected = r.ops + r.handler_ops;
+    if (all.count() < expected) r.lost = expected - all.count();
+    if (all.count() > expected) r.duplicated = all.count() - expected;
+    if (all.sum() != values_.load() + r.handler_ops) ++r.corrupt;
+  }
+
+ private:
+  static bool consistent(const histogram_snapshot& s) {
+    std::uint64_t weighted = 0, n = 0;
+    for (std::size_t b = 0; b < s.buckets().size(); ++b) {
+      weighted += b * s[b];
+      n += s[b];
+    }
+    return n == s.count() && weighted == s.sum();
+  }
+
+  stress_tally& tally_;
+  histogram<M> histogram_{histogram_layout(6, 127)};
+  std::atomic<std::uint64_t> values_{0};
+  std::uint64_t snapshots_ = 0;  // the drainer's
+  std::mutex taken_mutex_;
+  histogram_snapshot taken_{histogram_layout(6, 127)};
+};
+
 // ---- pool: objects allocated and freed through the per-CPU caches, handed between threads ----
 // Every object must come zeroed in every slot and be held by one owner at a time (its tag in
 // every slot stays the owner's); at the end every object is freed and none is live.
@@ -723,6 +794,7 @@ std::unique_ptr<stress_workload> make_for_mode(const std::string& s, int threads
   if (s == "rwsem") return std::make_unique<rwsem_workload<M>>(tally);
   if (s == "ref") return std::make_unique<ref_workload<M>>(threads, tally);
   if (s == "batched") return std::make_unique<batched_workload<M>>(threads, tally);
+  if (s == "histogram") return std::make_unique<histogram_workload<M>>(tally);
   if (s == "pool") return std::make_unique<pool_workload<M>>(tally);
   if (s == "malloc") return std::make_unique<malloc_workload>(tally);
   throw std::invalid_argument("unknown structure: " + s);
