@@ -1,6 +1,6 @@
 // A process-wide list of live objects of one kind, for fork() handlers that must visit each
-// (percpu_counter's fold locks, histograms' gates): the objects carry their own links
-// (next_, prev_), so enrolling allocates nothing.
+// (percpu_rwsem's child repair, percpu_counter's fold locks, histograms' flips): the objects carry
+// their own links (next_, prev_), so enrolling allocates nothing.
 #pragma once
 
 #include <mutex>

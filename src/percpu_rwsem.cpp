@@ -5,11 +5,11 @@
 
 #include <climits>
 #include <ctime>
-#include <mutex>
 
 #include "fork_order.h"
 #include "fork_window.h"
 #include "futex.h"
+#include "intrusive_registry.h"
 #include "reopen_window.h"
 
 namespace percpu::detail {
@@ -56,18 +56,16 @@ void wake(std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleepers
 }
 
 // Every percpu_rwsem of the process, for the fork() child handler.
-std::mutex g_registry_mutex;
-rwsem_core* g_registry = nullptr;
+constinit intrusive_registry<rwsem_core> g_registry;
 void lock_for_fork() {
-  g_registry_mutex.lock();
+  g_registry.lock();
 }
 void unlock_in_parent() {
-  g_registry_mutex.unlock();
+  g_registry.unlock();
 }
 void unlock_in_child() {
-  for (rwsem_core* r = g_registry; r != nullptr; r = rwsem_core::next_in_registry(r))
-    r->after_fork_in_child();
-  unlock_in_parent();
+  g_registry.for_each([](rwsem_core& r) { r.after_fork_in_child(); });
+  g_registry.unlock();
 }
 
 __attribute__((constructor)) void register_fork_handlers() {
@@ -77,21 +75,11 @@ __attribute__((constructor)) void register_fork_handlers() {
 }  // namespace
 
 void rwsem_core::enroll() noexcept {
-  std::lock_guard<std::mutex> hold(g_registry_mutex);
-  next_ = g_registry;
-  prev_ = nullptr;
-  if (g_registry != nullptr) g_registry->prev_ = this;
-  g_registry = this;
+  g_registry.add(this);
 }
 
 void rwsem_core::withdraw() noexcept {
-  std::lock_guard<std::mutex> hold(g_registry_mutex);
-  if (prev_ != nullptr) {
-    prev_->next_ = next_;
-  } else {
-    g_registry = next_;
-  }
-  if (next_ != nullptr) next_->prev_ = prev_;
+  g_registry.remove(this);
 }
 
 void rwsem_core::after_fork_in_child() noexcept {

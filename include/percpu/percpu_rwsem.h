@@ -51,9 +51,8 @@ class rwsem_core {
   /// with a compare-and-swap only while it is clear.
   static constexpr std::intptr_t kSharedWriter = std::intptr_t{1} << 62;
 
-  /// The fork() child handler's repair (percpu_rwsem.cpp), and the registry's walk.
+  /// The fork() child handler's repair (percpu_rwsem.cpp).
   void after_fork_in_child() noexcept;
-  static rwsem_core* next_in_registry(const rwsem_core* r) noexcept { return r->next_; }
 
  protected:
   explicit rwsem_core(int slots) : slots_(slots) { enroll(); }
@@ -109,7 +108,9 @@ class rwsem_core {
   std::atomic<std::int64_t> reopen_at_ns_{0};  // CLOCK_MONOTONIC: the per-CPU path may reopen
   std::int64_t fence_ns_ = 0;                  // the last fence's cost (writers only)
   pthread_t owner_{};                          // the write lock's holder (for fork())
-  rwsem_core* prev_ = nullptr;                 // the registry's list
+
+ public:  // the registry's links (percpu_rwsem.cpp), under its mutex
+  rwsem_core* prev_ = nullptr;
   rwsem_core* next_ = nullptr;
 };
 
