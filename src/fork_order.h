@@ -4,14 +4,15 @@
 //
 // The order: fork windows (first: fork() waits until no thread is inside a multi-step change of
 // a percpu_rwsem, percpu_ref or histogram snapshot, which may take the locks after it in a
-// fence), the percpu_rwsem registry, the percpu_counter registry (each counter's fold lock), the
-// histograms (each one's hot bank closed, then one fence and a wait until no record is half
-// done), pools, the remote guard, the checked table, the runtime (switch, info and dense-id
-// mutexes), then allocators built on percpu (percpu malloc), then fallback mode's stripes. Threads
-// call malloc while holding the library's own locks (a pool drain, a switch to fallback mode, a
-// thread's first dense id): a fork() that took the allocator's locks first would wait for such a
-// thread while it waits for the allocator. So the allocator's locks are taken after them and
-// released first, as glibc does for its own malloc. Fallback mode's stripes come after the
+// fence), the histograms (each one flipped, one fence, and a wait until no record is half done
+// in an old bank: before any lock a signal handler that interrupted a record may wait for, such
+// as a counter's fold lock in sum()), the percpu_rwsem registry, the percpu_counter registry
+// (each counter's fold lock), pools, the remote guard, the checked table, the runtime (switch, info
+// and dense-id mutexes), then allocators built on percpu (percpu malloc), then fallback mode's
+// stripes. Threads call malloc while holding the library's own locks (a pool drain, a switch to
+// fallback mode, a thread's first dense id): a fork() that took the allocator's locks first would
+// wait for such a thread while it waits for the allocator. So the allocator's locks are taken after
+// them and released first, as glibc does for its own malloc. Fallback mode's stripes come after the
 // allocator's locks: a signal handler that interrupts the allocator's locked code may use a stripe
 // (percpu malloc's caches in fallback mode) before the region ends. Signals stay blocked on the
 // forking thread from the first prepare until after fork, so a handler there never waits for a lock
@@ -30,7 +31,7 @@ namespace percpu::detail {
 
 /// The library's own fork stages, in the order their prepare handlers run (their parent and
 /// child handlers run in the reverse order, after the allocators' and the stripes').
-enum class fork_stage { windows, rwsems, counters, histograms, pools, remote, checked, runtime };
+enum class fork_stage { windows, histograms, rwsems, counters, pools, remote, checked, runtime };
 
 /// Sets the handlers of `stage`; the first call for a stage counts, later ones are ignored. Any
 /// of the three may be null. Safe to call from any thread at any time: a call made while

@@ -16,11 +16,13 @@ namespace {
 // Every histogram of the process. fork() flips each one as a snapshot does (the other bank
 // hot, the old one closed), fences once and waits until no record is inside an old bank: those
 // hold every record that completed before the fork began, none half done. The records that
-// run meanwhile go to the new banks, never wait (a signal handler's record that interrupted
-// one in an old bank finishes first, in a new bank), and are the child's to drop: in the
-// child, the new bank (where a record may have been copied half done) is emptied and the old
-// one made hot again.
+// run meanwhile go to the new banks and never wait (a signal handler's record that interrupted
+// one in an old bank finishes first, in a new bank). After the fork both processes fold the
+// old banks into their totals (so the closed bank is empty again, as snapshots expect); the
+// child also empties the new banks, where a record may have been copied half done: the records
+// that ran during the fork are the parent's only.
 constinit intrusive_registry<histogram_core> g_registry;
+bool g_fork_fenced = false;  // under the registry's lock
 
 void flip_for_fork() {
   g_registry.lock();
@@ -31,11 +33,12 @@ void flip_for_fork() {
   });
   if (!any) return;
   // Without a fence the waits below still see every record that entered an old bank before
-  // its gate closed, but may miss one whose section committed just after.
-  (void)try_fence_all();
+  // its gate closed, but may miss one whose section committed just after (see fork_parent()).
+  g_fork_fenced = !try_fence_all();
   g_registry.for_each([](histogram_core& h) { h.fork_wait(); });
 }
 void after_fork_in_parent() {
+  g_registry.for_each([](histogram_core& h) { h.fork_parent(g_fork_fenced); });
   g_registry.unlock();
 }
 void after_fork_in_child() {
@@ -71,9 +74,9 @@ histogram_core::histogram_core(int slots, const histogram_layout& layout)
       slots_(slots),
       bank_words_(kBucket0 + layout.bucket_count()),
       stride_(bank_stride(bank_words_)),
-      base_(
-          reinterpret_cast<std::uintptr_t>(map_zeroed(static_cast<std::size_t>(slots) * stride_))),
       total_(layout) {
+  // Mapped after total_'s allocation, so that neither leaks when the other throws.
+  base_ = reinterpret_cast<std::uintptr_t>(map_zeroed(static_cast<std::size_t>(slots) * stride_));
   g_registry.add(this);
 }
 
@@ -134,15 +137,26 @@ std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
   const fork_window no_fork;
   const std::lock_guard<std::mutex> hold(mutex_);
   const int old = hot_, next = 1 - old;
+  // The closed bank still holds records when an earlier flip could not fence (a snapshot's or a
+  // fork's): fence now, and fold them before the flip makes that bank hot.
+  if (unfolded_[next]) {
+    if (const std::error_code e = try_fence_all()) return e;
+    wait_until_left(next);
+    fold_bank(next);
+    unfolded_[next] = false;
+  }
   // Open the other bank, make it hot, close the old one: a record that read the old bank as hot
   // either enters it before the gate closes (and the drain waits for it) or finds it closed
   // and enters the new one.
   __atomic_store_n(&gate_[next], 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&hot_, next, __ATOMIC_SEQ_CST);
   __atomic_store_n(&gate_[old], 1, __ATOMIC_SEQ_CST);
-  // No fence: the old bank's records stay in it, closed, and the next snapshot's flip reopens
-  // it: nothing is lost, and total_ is as it was.
-  if (const std::error_code e = try_fence_all()) return e;
+  // No fence: the old bank's records stay in it, closed, for the next snapshot to fold first:
+  // nothing is lost, and total_ is as it was.
+  if (const std::error_code e = try_fence_all()) {
+    unfolded_[old] = true;
+    return e;
+  }
   wait_until_left(old);
   fold_bank(old);
   if (reset) {
@@ -165,12 +179,22 @@ void histogram_core::fork_wait() noexcept {
   wait_until_left(1 - hot_);
 }
 
+void histogram_core::fork_parent(bool fenced) noexcept {
+  // Without the fence a record may still commit into the old bank: the next snapshot fences
+  // and folds it first.
+  if (fenced) {
+    fold_bank(1 - hot_);
+  } else {
+    unfolded_[1 - hot_] = true;
+  }
+}
+
 void histogram_core::fork_child() noexcept {
-  const int dropped = hot_, kept = 1 - dropped;
-  zero_bank(dropped);
-  gate_[kept] = 0;
-  hot_ = kept;
-  gate_[dropped] = 1;
+  // Only this thread runs here. The old bank's records all completed (unless the fence failed
+  // and one was copied half done: folding zeroes its mark, so snapshots do not wait for it).
+  fold_bank(1 - hot_);
+  unfolded_[0] = unfolded_[1] = false;
+  zero_bank(hot_);  // the records that ran during the fork, some perhaps half done
 }
 
 void histogram_core::zero_bank(int bank) noexcept {

@@ -14,8 +14,11 @@ std::uint64_t histogram_snapshot::value_at_quantile(double q) const {
   if (!(q >= 0.0 && q <= 1.0))
     throw std::invalid_argument("percpu::histogram_snapshot: a quantile must be in [0, 1]");
   if (count_ == 0) return 0;
-  // The rank of the value asked for, 1-based: ceil(q * count), at least 1.
-  const long double exact = static_cast<long double>(q) * static_cast<long double>(count_);
+  // The rank of the value asked for, 1-based: ceil(q * count), at least 1, with q first moved
+  // one step down, in double, as HdrHistogram's getValueAtPercentile does (Java), so that a q
+  // whose double is a hair above its decimal (0.9, 0.07) does not take the next rank.
+  const double below = std::nextafter(q, -1.0);
+  const double exact = (below < 0 ? 0.0 : below) * static_cast<double>(count_);
   std::uint64_t rank = static_cast<std::uint64_t>(std::ceil(exact));
   if (rank == 0) rank = 1;
   if (rank > count_) rank = count_;
@@ -30,6 +33,9 @@ std::uint64_t histogram_snapshot::value_at_quantile(double q) const {
 std::uint64_t histogram_snapshot::count_at_or_below(std::uint64_t v) const noexcept {
   std::uint64_t n = 0;
   for (std::size_t i = 0; i < counts_.size() && layout_.highest(i) <= v; ++i) n += counts_[i];
+  // The last bucket also holds the values above the range, which are above any v but the
+  // largest.
+  if (v < UINT64_MAX && layout_.highest(counts_.size() - 1) <= v) n -= above_;
   return n;
 }
 

@@ -18,8 +18,12 @@ std::vector<::prometheus::ClientMetric::Label> to_labels(const prometheus_collec
 }
 
 // The records at or below `bound` (exported units) of a histogram recorded in units worth `unit`.
+// A quotient within a few ulps of an integer is that integer (1e-7 / 1e-9 is 99.99999999999999).
 std::uint64_t cumulative(const histogram_snapshot& s, double bound, double unit) {
-  const double v = std::floor(bound / unit);
+  const double q = bound / unit, nearest = std::round(q);
+  const double v = std::fabs(q - nearest) <= 1e-12 * std::fmax(1.0, std::fabs(nearest))
+                       ? nearest
+                       : std::floor(q);
   if (v < 0) return 0;
   if (v >= 18446744073709551616.0) return s.count();
   return s.count_at_or_below(static_cast<std::uint64_t>(v));
@@ -45,8 +49,9 @@ void prometheus_collector::add_distribution(
     const std::string& name, const std::string& help, const labels& l,
     std::vector<double> upper_bounds, double unit,
     std::function<std::error_code(histogram_snapshot&)> snapshot, const histogram_layout& layout) {
-  if (!(std::isfinite(unit) && unit > 0))
-    throw std::invalid_argument("percpu::prometheus_collector: the unit must be finite and > 0");
+  if (!(std::isnormal(unit) && unit > 0))
+    throw std::invalid_argument(
+        "percpu::prometheus_collector: the unit must be a normal, finite number > 0");
   for (std::size_t i = 0; i < upper_bounds.size(); ++i) {
     if (!std::isfinite(upper_bounds[i]) || (i > 0 && !(upper_bounds[i] > upper_bounds[i - 1])))
       throw std::invalid_argument(
@@ -75,7 +80,18 @@ void prometheus_collector::add(metric m) {
       throw std::invalid_argument("percpu::prometheus_collector: not a label name: '" + k + "'");
   }
   const std::lock_guard<std::mutex> hold(mutex_);
+  // A histogram's series are name_bucket, name_count and name_sum: no other family may use them.
+  const auto shadows = [](const metric& h, const metric& other) {
+    if (h.type != ::prometheus::MetricType::Histogram) return false;
+    for (const char* suffix : {"_bucket", "_count", "_sum"})
+      if (other.name == h.name + suffix) return true;
+    return false;
+  };
   for (const metric& o : metrics_) {
+    if (shadows(o, m) || shadows(m, o))
+      throw std::invalid_argument(
+          "percpu::prometheus_collector: '" + m.name + "' collides with the series of histogram '" +
+          (m.type == ::prometheus::MetricType::Histogram ? m.name : o.name) + "'");
     if (o.name != m.name) continue;
     if (o.type != m.type || o.help != m.help)
       throw std::invalid_argument("percpu::prometheus_collector: '" + m.name +

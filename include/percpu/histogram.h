@@ -39,9 +39,10 @@ class histogram_core {
   const histogram_layout& layout() const noexcept { return layout_; }
 
   /// The fork() stage (histogram.cpp): flips every histogram, fences once, waits until no
-  /// record is inside an old bank; the child drops the new bank and makes the old one hot.
+  /// record is inside an old bank; both processes fold the old banks, the child drops the new.
   void fork_flip() noexcept;
   void fork_wait() noexcept;
+  void fork_parent(bool fenced) noexcept;
   void fork_child() noexcept;
 
   /// Word offsets in a bank.
@@ -67,7 +68,7 @@ class histogram_core {
   const int slots_;
   const std::size_t bank_words_;  // kBucket0 + buckets
   const std::uintptr_t stride_;   // bytes per index: both banks, rounded up to 64
-  std::uintptr_t base_;           // slots_ * stride_ bytes, its own mapping
+  std::uintptr_t base_ = 0;       // slots_ * stride_ bytes, its own mapping
   // Read by every record: the hot bank, and each bank's gate (0 open, 1 closed).
   alignas(64) int hot_ = 0;
   std::intptr_t gate_[2] = {0, 1};
@@ -80,6 +81,7 @@ class histogram_core {
 
   alignas(64) std::mutex mutex_;  // snapshots, one at a time
   histogram_snapshot total_;      // the banks folded so far, under mutex_
+  bool unfolded_[2] = {};         // a closed bank that still holds records (no fence), mutex_
 
  public:  // the registry's links (histogram.cpp), under its mutex
   histogram_core* next_ = nullptr;

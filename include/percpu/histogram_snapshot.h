@@ -47,14 +47,16 @@ class histogram_snapshot {
   PERCPU_API double mean() const noexcept;
 
   /// The value at quantile q in [0, 1]: the highest value of the bucket that holds the
-  /// ceil(q * count())-th smallest recorded value (at least the first), as HdrHistogram's
-  /// getValueAtPercentile reports; within the layout's relative precision of that value.
+  /// ceil(q' * count())-th smallest recorded value (at least the first; q' is q one double
+  /// step down), as HdrHistogram's getValueAtPercentile (Java) reports; within the layout's
+  /// relative precision of that value.
   /// 0 when empty. Throws std::invalid_argument for q outside [0, 1] (NaN included).
   PERCPU_API std::uint64_t value_at_quantile(double q) const;
 
   /// Number of recorded values whose bucket lies wholly at or below v: the cumulative count a
   /// Prometheus bucket with upper bound v reports (a bucket that straddles v counts above it,
-  /// so the answer is exact when v is some bucket's highest value).
+  /// so the answer is exact when v is some bucket's highest value). Values recorded above the
+  /// range count above every v below 2^64 - 1.
   PERCPU_API std::uint64_t count_at_or_below(std::uint64_t v) const noexcept;
 
   /// The lowest and highest recorded value, to the layout's precision (the lowest value of the

@@ -46,8 +46,9 @@ namespace percpu {
 /// The objects must outlive their registration: remove() them (or destroy the collector)
 /// first. Errors: the add_ functions throw std::invalid_argument for a name or label that
 /// Prometheus does not allow, a (name, labels) pair already present, a name already used with
-/// another type or help text, or histogram bounds that are not finite and strictly increasing
-/// (unit must be finite and positive); nothing is added then.
+/// another type or help text, a name that is one of a histogram's series (h_bucket, h_count,
+/// h_sum) or a histogram whose series are taken, or histogram bounds that are not finite and
+/// strictly increasing (the unit must be a normal number > 0); nothing is added then.
 ///
 /// Thread safety: every member may be called from any thread, Collect() (prometheus-cpp's
 /// scrape threads) concurrently with add and remove (one mutex); not async-signal-safe.

@@ -62,7 +62,7 @@ TEST(PrometheusCollector, ScrapedOverHttpTheValuesMatch) {
                          requests);
   collector->add_gauge("percpu_test_bytes_in_use", "Bytes held.", {}, bytes);
   collector->add_histogram("percpu_test_latency_seconds", "Request latency.", {{"path", "/"}},
-                           latency, {0.000001, 0.00001, 0.001}, 1e-9);
+                           latency, {1e-7, 0.000001, 5e-6, 0.00001, 0.001}, 1e-9);
   EXPECT_EQ(collector->size(), 3u);
 
   prometheus::Exposer exposer("127.0.0.1:0");
@@ -96,16 +96,21 @@ TEST(PrometheusCollector, ScrapedOverHttpTheValuesMatch) {
   EXPECT_EQ(sample(text, h + "_count{path=\"/\"}"), 12000) << text;
   EXPECT_NEAR(sample(text, h + "_sum{path=\"/\"}"), 4000.0 * (500 + 5000 + 5000000) * 1e-9, 1e-9);
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"1e-06\"}"), 4000) << text;
+  // 5 us lies in the bucket 4992..5023 ns (1/128 precision), which straddles 5e-6 s: it counts
+  // above that bound, as documented.
+  EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"5e-06\"}"), 4000) << text;
+  EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"1e-07\"}"), 0) << text;
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"1e-05\"}"), 8000) << text;
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"0.001\"}"), 8000) << text;
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"+Inf\"}"), 12000) << text;
 
   // A later scrape sees later records; a removed metric is gone.
-  latency.record(1);
+  latency.record(100);  // 1e-7 s: the first bound's own bucket
   EXPECT_TRUE(collector->remove("percpu_test_requests_total", {{"kind", "get"}}));
   EXPECT_FALSE(collector->remove("percpu_test_requests_total", {{"kind", "get"}}));
   const std::string again = scrape(ports[0]);
   EXPECT_EQ(sample(again, h + "_count{path=\"/\"}"), 12001) << again;
+  EXPECT_EQ(sample(again, h + "_bucket{path=\"/\",le=\"1e-07\"}"), 1) << again;
   EXPECT_EQ(again.find("percpu_test_requests_total"), std::string::npos) << again;
 }
 
@@ -123,7 +128,13 @@ TEST(PrometheusCollector, BadRegistrationsAreRefusedAndChangeNothing) {
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {2.0, 1.0}), std::invalid_argument);
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0, INFINITY}), std::invalid_argument);
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0}, 0.0), std::invalid_argument);
-  EXPECT_EQ(col.size(), 1u);
+  EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0}, 5e-324), std::invalid_argument);
+  // A histogram's series names are taken, both ways round.
+  col.add_histogram("size", "help", {}, h, {1.0});
+  EXPECT_THROW(col.add_counter("size_count", "help", {}, c), std::invalid_argument);
+  EXPECT_THROW(col.add_histogram("size", "help", {}, h, {1.0}), std::invalid_argument);
+  EXPECT_EQ(col.size(), 2u);
+  EXPECT_TRUE(col.remove("size", {}));
   col.add_counter("ok_total", "help", {{"a", "2"}}, c);  // another label set of the family
   c.add(3);
   const auto families = col.Collect();

@@ -90,6 +90,29 @@ TEST(HistogramSnapshot, QuantilesFollowHdrHistogramsRanks) {
   EXPECT_LE(p90, 900'000u + 900'000u / 128);
 }
 
+// Ranks as HdrHistogram's Java getValueAtPercentile takes them: a q whose double lies a hair
+// above its decimal does not move to the next rank.
+TEST(HistogramSnapshot, QuantileRanksDoNotRoundUpOnTheDoubleOfQ) {
+  histogram_snapshot ten(histogram_layout(7, 1000)), hundred(histogram_layout(7, 1000));
+  for (std::uint64_t v = 1; v <= 10; ++v) ten.add_bucket(v, 1);
+  for (std::uint64_t v = 1; v <= 100; ++v) hundred.add_bucket(v, 1);
+  EXPECT_EQ(ten.value_at_quantile(0.9), 9u);
+  EXPECT_EQ(ten.value_at_quantile(0.7), 7u);
+  EXPECT_EQ(hundred.value_at_quantile(0.01), 1u);
+  EXPECT_EQ(hundred.value_at_quantile(0.07), 7u);
+  EXPECT_EQ(hundred.value_at_quantile(0.0), 1u);
+}
+
+TEST(HistogramSnapshot, ValuesAboveTheRangeCountAboveItsTop) {
+  percpu::histogram<> h(histogram_layout(7, 1000));
+  h.record(100);
+  h.record(5000);  // above: in the last bucket, but not at or below 1000
+  const histogram_snapshot s = h.snapshot();
+  EXPECT_EQ(s.count_at_or_below(1000), 1u);
+  EXPECT_EQ(s.count_at_or_below(UINT64_MAX), 2u);
+  EXPECT_EQ(s.above_range(), 1u);
+}
+
 TEST(HistogramSnapshot, MergeAddsAndRefusesAnotherLayout) {
   histogram_snapshot a(histogram_layout(5, 10'000)), b(histogram_layout(5, 10'000));
   a.add_bucket(3, 2);
@@ -271,6 +294,32 @@ TYPED_TEST(Histogram, ForkWhileOthersRecordLeavesTheChildsHistogramConsistent) {
   stop = true;
   for (auto& w : workers) w.join();
   snapshots.join();
+}
+
+// After a fork() both processes see every record made before it, at their next snapshot, and a
+// second fork copies them too (the fork's flip leaves no record in the closed bank).
+TYPED_TEST(Histogram, RecordsBeforeAForkAreInTheNextSnapshotOfParentAndChildren) {
+#if PERCPU_TSAN
+  GTEST_SKIP() << "ThreadSanitizer's runtime is not usable in a child forked from threads";
+#endif
+  percpu::histogram<TypeParam::value> h(histogram_layout(6, 127));
+  for (int i = 0; i < 1000; ++i) h.record(5);
+  auto child = [&](std::uint64_t count, std::uint64_t sum) {
+    return percpu::test::in_child([&] {
+      const histogram_snapshot s = h.snapshot();
+      return s.count() == count && s.sum() == sum ? 0 : 1;
+    });
+  };
+  ASSERT_EQ(child(1000, 5000), 0);
+  histogram_snapshot s = h.snapshot();
+  EXPECT_EQ(s.count(), 1000u);
+  for (int i = 0; i < 10; ++i) h.record(7);
+  ASSERT_EQ(child(1010, 5070), 0);
+  ASSERT_EQ(child(1010, 5070), 0);
+  s = h.snapshot_and_reset();
+  EXPECT_EQ(s.count(), 1010u);
+  EXPECT_EQ(s.sum(), 5070u);
+  EXPECT_EQ(h.snapshot().count(), 0u);
 }
 
 // Records from a signal handler that interrupts records on the same thread.
