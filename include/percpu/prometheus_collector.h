@@ -54,29 +54,40 @@ namespace percpu {
 /// scrape threads) concurrently with add and remove (one mutex); not async-signal-safe.
 class prometheus_collector : public ::prometheus::Collectable {
  public:
+  /// A metric's labels, name to value (values any UTF-8; prometheus-cpp escapes them).
   using labels = std::map<std::string, std::string>;
+  /// How a scrape reads a percpu_counter: sum() (exact, O(slots)) or read() (one load, within
+  /// error_bound()).
   enum class batched_read { exact, approximate };
+
+  /// Serves c.load() as a Prometheus counter (a value that only rises).
 
   template <class T, index_mode M>
   void add_counter(const std::string& name, const std::string& help, const labels& l,
                    const counter<T, M>& c) {
     add_value(name, help, l, false, [&c] { return static_cast<double>(c.load()); });
   }
+  /// Serves c.load() as a gauge (a value that may fall).
   template <class T, index_mode M>
   void add_gauge(const std::string& name, const std::string& help, const labels& l,
                  const counter<T, M>& c) {
     add_value(name, help, l, true, [&c] { return static_cast<double>(c.load()); });
   }
+  /// Serves a batched counter as a Prometheus counter, read as `how` says.
   template <index_mode M>
   void add_counter(const std::string& name, const std::string& help, const labels& l,
                    const percpu_counter<M>& c, batched_read how = batched_read::exact) {
     add_value(name, help, l, false, batched_value(c, how));
   }
+  /// Serves a batched counter as a gauge (a budget in use, bytes held), read as `how` says.
   template <index_mode M>
   void add_gauge(const std::string& name, const std::string& help, const labels& l,
                  const percpu_counter<M>& c, batched_read how = batched_read::exact) {
     add_value(name, help, l, true, batched_value(c, how));
   }
+  /// Serves h as a Prometheus histogram: `upper_bounds` in the exported unit (finite, strictly
+  /// increasing; +Inf is added), `unit` what one recorded unit is worth in it. Each scrape
+  /// takes h.snapshot() (a fence; see the class comment).
   template <index_mode M>
   void add_histogram(const std::string& name, const std::string& help, const labels& l,
                      histogram<M>& h, std::vector<double> upper_bounds, double unit = 1.0) {
