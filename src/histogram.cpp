@@ -5,6 +5,8 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include <optional>
+
 #include "fork_order.h"
 #include "fork_window.h"
 #include "intrusive_registry.h"
@@ -57,11 +59,7 @@ std::uintptr_t bank_stride(std::size_t bank_words) {
 
 void spin_or_yield(int& spins) noexcept {
   if (++spins < 64) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield" ::: "memory");
-#endif
+    PERCPU_CPU_RELAX();
   } else {
     sched_yield();
   }
@@ -85,10 +83,6 @@ histogram_core::~histogram_core() {
   munmap(reinterpret_cast<void*>(base_), static_cast<std::size_t>(slots_) * stride_);
 }
 
-void histogram_core::yield_now() noexcept {
-  sched_yield();
-}
-
 std::intptr_t histogram_core::entered(int bank) const noexcept {
   const slot_table t = table(bank, kEntered);
   std::uintptr_t sum = 0;
@@ -106,33 +100,35 @@ void histogram_core::wait_until_left(int bank) const noexcept {
   std::atomic_thread_fence(std::memory_order_acquire);
 }
 
-// Adds the quiescent bank to total_ and zeroes it (only the words that are not zero: a page no
-// record touched is read, never written, so it stays unpopulated).
-void histogram_core::fold_bank(int bank) {
-  const std::uintptr_t first = base_ + static_cast<std::uintptr_t>(bank) * bank_words_ * 8;
+// Empties a quiescent bank, adding its records to total_ when `keep` (a fork's child drops
+// the bank its records went to during the fork). Only words that are not zero are written: a
+// page no record touched is read, never written, so it stays unpopulated.
+void histogram_core::take_bank(int bank, bool keep) {
+  const std::uintptr_t first =
+      base_ + static_cast<std::uintptr_t>(bank) * bank_words_ * sizeof(std::intptr_t);
   for (int i = 0; i < slots_; ++i) {
     auto* w = reinterpret_cast<std::intptr_t*>(first + static_cast<std::uintptr_t>(i) * stride_);
-    w[kEntered] = 0;  // the words sum to zero; one index's may not (a record that migrated)
-    if (w[kSum] != 0) {
-      total_.add_sum(static_cast<std::uint64_t>(w[kSum]));
-      w[kSum] = 0;
-    }
-    if (w[kAbove] != 0) {
-      total_.add_above_range(static_cast<std::uint64_t>(w[kAbove]));
-      w[kAbove] = 0;
-    }
-    for (std::size_t b = 0; b + kBucket0 < bank_words_; ++b) {
-      const std::intptr_t n = w[kBucket0 + b];
+    for (std::size_t k = 0; k < bank_words_; ++k) {
+      const std::intptr_t n = w[k];
       if (n == 0) continue;
-      total_.add_bucket(b, static_cast<std::uint64_t>(n));
-      w[kBucket0 + b] = 0;
+      w[k] = 0;
+      if (!keep) continue;
+      // kEntered: the words sum to zero (one index's may not: a record that migrated).
+      if (k == kSum) {
+        total_.add_sum(static_cast<std::uint64_t>(n));
+      } else if (k == kAbove) {
+        total_.add_above_range(static_cast<std::uint64_t>(n));
+      } else if (k >= kBucket0) {
+        total_.add_bucket(k - kBucket0, static_cast<std::uint64_t>(n));
+      }
     }
   }
 }
 
 std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
   // The reset's empty total, allocated before anything changes (std::bad_alloc loses nothing).
-  histogram_snapshot fresh(reset ? layout_ : histogram_layout(0, 1));
+  std::optional<histogram_snapshot> fresh;
+  if (reset) fresh.emplace(layout_);
   // A fork() copies the banks before the flip or after the fold, never between.
   const fork_window no_fork;
   const std::lock_guard<std::mutex> hold(mutex_);
@@ -142,7 +138,7 @@ std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
   if (unfolded_[next]) {
     if (const std::error_code e = try_fence_all()) return e;
     wait_until_left(next);
-    fold_bank(next);
+    take_bank(next, true);
     unfolded_[next] = false;
   }
   // Open the other bank, make it hot, close the old one: a record that read the old bank as hot
@@ -158,10 +154,10 @@ std::error_code histogram_core::collect(histogram_snapshot& out, bool reset) {
     return e;
   }
   wait_until_left(old);
-  fold_bank(old);
+  take_bank(old, true);
   if (reset) {
     out = std::move(total_);
-    total_ = std::move(fresh);
+    total_ = std::move(*fresh);
   } else {
     out = total_;
   }
@@ -183,7 +179,7 @@ void histogram_core::fork_parent(bool fenced) noexcept {
   // Without the fence a record may still commit into the old bank: the next snapshot fences
   // and folds it first.
   if (fenced) {
-    fold_bank(1 - hot_);
+    take_bank(1 - hot_, true);
   } else {
     unfolded_[1 - hot_] = true;
   }
@@ -192,18 +188,9 @@ void histogram_core::fork_parent(bool fenced) noexcept {
 void histogram_core::fork_child() noexcept {
   // Only this thread runs here. The old bank's records all completed (unless the fence failed
   // and one was copied half done: folding zeroes its mark, so snapshots do not wait for it).
-  fold_bank(1 - hot_);
+  take_bank(1 - hot_, true);
   unfolded_[0] = unfolded_[1] = false;
-  zero_bank(hot_);  // the records that ran during the fork, some perhaps half done
-}
-
-void histogram_core::zero_bank(int bank) noexcept {
-  const std::uintptr_t first = base_ + static_cast<std::uintptr_t>(bank) * bank_words_ * 8;
-  for (int i = 0; i < slots_; ++i) {
-    auto* w = reinterpret_cast<std::intptr_t*>(first + static_cast<std::uintptr_t>(i) * stride_);
-    for (std::size_t k = 0; k < bank_words_; ++k)
-      if (w[k] != 0) w[k] = 0;
-  }
+  take_bank(hot_, false);  // the records that ran during the fork, some perhaps half done
 }
 
 }  // namespace percpu::detail

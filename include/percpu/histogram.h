@@ -7,6 +7,8 @@
 
 #include "percpu/internal/config.h"  // first: the C++20 check
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -52,9 +54,6 @@ class histogram_core {
   PERCPU_API histogram_core(int slots, const histogram_layout& layout);
   PERCPU_API ~histogram_core();
 
-  /// A record's wait after flips kept closing the bank it read as hot: sched_yield().
-  PERCPU_API static void yield_now() noexcept;
-
   /// Copies the records so far into `out` (taking or resetting them when `reset`).
   PERCPU_API std::error_code collect(histogram_snapshot& out, bool reset);
 
@@ -76,8 +75,7 @@ class histogram_core {
  private:
   std::intptr_t entered(int bank) const noexcept;
   void wait_until_left(int bank) const noexcept;
-  void fold_bank(int bank);
-  void zero_bank(int bank) noexcept;
+  void take_bank(int bank, bool keep);
 
   alignas(64) std::mutex mutex_;  // snapshots, one at a time
   histogram_snapshot total_;      // the banks folded so far, under mutex_
@@ -135,13 +133,15 @@ class histogram : private detail::histogram_core {
   /// Records v (v above layout().max_value(): counted in the last bucket and as above range,
   /// its own value in the sum).
   PERCPU_ALWAYS_INLINE void record(std::uint64_t v) noexcept {
+    // Both from the layout before the sections (whose memory clobbers would make it reload).
     const std::size_t i = layout_.index_of(v);
+    const bool above = v > layout_.max_value();
     int b = __atomic_load_n(&hot_, __ATOMIC_ACQUIRE);
     const detail::current_result r = detail::current_gated_add<M>(table(b, kEntered), &gate_[b], 1);
     if (PERCPU_UNLIKELY(r != detail::current_result::committed)) b = enter_cold(r);
     add_word(table(b, kBucket0 + i), 1);
     add_word(table(b, kSum), static_cast<std::intptr_t>(v));
-    if (PERCPU_UNLIKELY(v > layout_.max_value())) add_word(table(b, kAbove), 1);
+    if (PERCPU_UNLIKELY(above)) add_word(table(b, kAbove), 1);
     // The bank's words are written before the record is seen to leave (a no-op on x86-64).
     std::atomic_thread_fence(std::memory_order_release);
     add_word(table(b, kEntered), -1);
@@ -217,7 +217,7 @@ class histogram : private detail::histogram_core {
       }
       // The gate of bank b closed: a flip made the other bank hot (open). Yield only when flips
       // keep coming faster than this thread runs.
-      if (round >= 2) yield_now();
+      if (round >= 2) sched_yield();
     }
   }
 };

@@ -49,7 +49,9 @@ class histogram_layout {
                                   "percpu::histogram_layout: max_value must be at least 1")),
         count_(checked_count(index_unclamped(max_) + 1)) {}
 
+  /// log2 of the sub-buckets per power of two (relative precision 2^-precision_bits).
   int precision_bits() const noexcept { return p_; }
+  /// The highest value with a bucket of its own range (larger ones count in the last bucket).
   std::uint64_t max_value() const noexcept { return max_; }
   /// Number of buckets.
   std::size_t bucket_count() const noexcept { return count_; }

@@ -29,6 +29,7 @@ class histogram_snapshot {
   explicit histogram_snapshot(const histogram_layout& layout = {})
       : layout_(layout), counts_(layout.bucket_count(), 0) {}
 
+  /// The bucket layout (the histogram's it came from).
   const histogram_layout& layout() const noexcept { return layout_; }
 
   /// Number of values recorded in bucket i (layout().lowest(i) .. layout().highest(i)).
@@ -75,7 +76,9 @@ class histogram_snapshot {
   /// a histogram fills a snapshot, and how tests and importers build one. Precondition:
   /// i < layout().bucket_count() (std::out_of_range otherwise, nothing changed).
   PERCPU_API void add_bucket(std::size_t i, std::uint64_t n);
+  /// Adds s to sum() (modulo 2^64); pair it with the add_bucket() calls of those values.
   void add_sum(std::uint64_t s) noexcept { sum_ += s; }
+  /// Adds n to above_range(); those values belong in the last bucket too (add_bucket()).
   void add_above_range(std::uint64_t n) noexcept { above_ += n; }
 
  private:
