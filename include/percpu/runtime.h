@@ -17,6 +17,7 @@
 
 #include "percpu/abi.h"
 #include "percpu/internal/config.h"
+#include "percpu/internal/getcpu_asm.h"
 
 namespace percpu {
 
@@ -141,21 +142,12 @@ struct alignas(64) hot_state {
   std::uint64_t mm_cid_word;
 };
 static_assert(sizeof(hot_state) == 64, "the fast paths' state is one cache line");
-PERCPU_API extern hot_state g_hot;
+// Its symbol has C's name, percpu_hot_state: the C header's inline getcpu reads it
+// (internal/c_getcpu.h), and a copy relocation must see one symbol, not an alias of it.
+PERCPU_API extern hot_state g_hot __asm__("percpu_hot_state");
 
-// How the x86-64 asm statements below address a word of g_hot whose address is their operand
-// `name`, `disp` bytes into it. In an executable built by GCC, g_hot's address is a link-time
-// constant (a copy relocation in a position-independent one), so the load is RIP-relative, as a
-// plain load of it would be. In a shared object g_hot may lie in another one, so its address
-// comes from the GOT (a load the compiler hoists too); clang takes no such address as an "i"
-// operand and gets the same register form.
-#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
-#define PERCPU_HOT_AT(name, disp) "%c[" name "]+" disp "(%%rip)"
-#define PERCPU_HOT_ADDR(address) "i"(address)
-#else
-#define PERCPU_HOT_AT(name, disp) disp "(%[" name "])"
-#define PERCPU_HOT_ADDR(address) "r"(address)
-#endif
+// How the asm statements below address a word of g_hot: PERCPU_HOT_AT/PERCPU_HOT_ADDR
+// (internal/getcpu_asm.h, whose text the C fast paths share).
 
 /// Loads the 8-byte word of g_hot at `Field` (a pointer to member), a word written once, from
 /// 0 to its final value (the offsets, cpu_word, mm_cid_word), as a value
@@ -172,9 +164,9 @@ PERCPU_ALWAYS_INLINE auto load_invariant() noexcept {
   static_assert(sizeof(word) == 8, "load_invariant reads one 8-byte word");
   word v;
 #if defined(__x86_64__)
-  asm("movq " PERCPU_HOT_AT("w", "0") ", %0" : "=r"(v) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
+  asm(PERCPU_ASM_LOAD_INVARIANT : "=r"(v) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
 #elif defined(__aarch64__)
-  asm("ldr %0, [%1]" : "=r"(v) : "r"(&(g_hot.*Field)));
+  asm(PERCPU_ASM_LOAD_INVARIANT : "=r"(v) : "r"(&(g_hot.*Field)));
 #else
 #error "percpu: x86-64 or aarch64"
 #endif
@@ -200,19 +192,12 @@ PERCPU_ALWAYS_INLINE std::uint64_t if_area_registered(std::uint64_t value) noexc
 #if defined(__x86_64__)
   // No input but `value` and the word's address (given a zero as an input too, GCC picked a
   // register that held 0 only inside the loop, and kept the statement there).
-  asm("movq " PERCPU_HOT_AT("at", "0") ", %[out]\n\t"
-      "cmpl $0, %%fs:(%[out])\n\t"
-      "movl $0, %k[out]\n\t"
-      "cmovgeq %[v], %[out]"
+  asm(PERCPU_ASM_IF_AREA_REGISTERED
       : [out] "=&r"(out)
       : [v] "r"(value), [at] PERCPU_HOT_ADDR(&g_hot.registration_offset)
       : "cc");
 #elif defined(__aarch64__)
-  asm("eor %[out], %[v], %[v]\n\t"
-      "ldr %[out], [%[at], %[out]]\n\t"
-      "ldr %w[out], [%[tp], %[out]]\n\t"
-      "cmp %w[out], #0\n\t"
-      "csel %[out], %[v], xzr, ge"
+  asm(PERCPU_ASM_IF_AREA_REGISTERED
       : [out] "=&r"(out)
       : [v] "r"(value), [at] "r"(&g_hot.registration_offset), [tp] "r"(__builtin_thread_pointer())
       : "cc");
@@ -242,10 +227,8 @@ PERCPU_ALWAYS_INLINE getcpu_parts load_getcpu_word() noexcept {
   std::uint32_t bound;
   std::intptr_t offset;
 #if defined(__x86_64__)
-  asm("movl " PERCPU_HOT_AT("w", "4") ", %0" : "=r"(bound) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
-  asm("movslq " PERCPU_HOT_AT("w", "0") ", %0"
-      : "=r"(offset)
-      : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)), "r"(bound));
+  asm(PERCPU_ASM_GETCPU_BOUND : "=r"(bound) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)));
+  asm(PERCPU_ASM_GETCPU_OFFSET : "=r"(offset) : [w] PERCPU_HOT_ADDR(&(g_hot.*Field)), "r"(bound));
 #elif defined(__aarch64__)
   // One load, split in C++: GCC hoists the split as well here.
   const std::uint64_t word = load_invariant<Field>();

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "percpu/internal/getcpu_asm.h"
+
 namespace percpu::arch {
 
 /// Loads the 32-bit field at byte `Field` of the area that starts `rseq_offset` bytes from the
@@ -15,7 +17,7 @@ namespace percpu::arch {
 template <std::uint32_t Field>
 inline std::int32_t load_area_i32(std::intptr_t rseq_offset) noexcept {
   std::int32_t value;
-  asm volatile("movl %%fs:%c[field](%[off]), %[value]"
+  asm volatile(PERCPU_ASM_LOAD_AREA_I32
                : [value] "=r"(value)
                : [field] "i"(Field), [off] "r"(rseq_offset));
   return value;
