@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/ops.h"
+#include "bench/ops_c.h"
 #include "bench/runner.h"
 #include "commands.h"
 #include "common/ab_stats.h"
@@ -57,6 +58,8 @@ const char* who_name(op_who w) {
   switch (w) {
     case op_who::percpu:
       return "percpu";
+    case op_who::c_api:
+      return "C API";
     case op_who::minimal:
       return "minimal";
     case op_who::baseline:
@@ -295,6 +298,39 @@ std::vector<op_contender> percpu_and_atomic_contenders(int slots) {
   return out;
 }
 
+// ---- the C API: C loops over <percpu.h> (ops_c.c) -----------------------------------------
+
+template <std::uint64_t (*Loop)(const void*)>
+std::uint64_t c_loop(int, const std::atomic<bool>& stop) {
+  return Loop(&stop);
+}
+template <std::uint64_t (*Loop)(const void*, int), int MmCid>
+std::uint64_t c_add_loop(int, const std::atomic<bool>& stop) {
+  return Loop(&stop, MmCid);
+}
+
+}  // namespace
+
+std::vector<op_contender> c_api_contenders() {
+  static_assert(sizeof(std::atomic<bool>) == 1, "the C loops read the stop flag as one byte");
+  if (percpu_bench_c_setup() != 0) return {};
+  const op_who w = op_who::c_api;
+  constexpr index_mode cpu = index_mode::cpu_id, cid = index_mode::mm_cid;
+  constexpr op_shape inl = op_shape::inlined;
+  return {
+      {op_primitive::current_cpu, cpu, w, c_loop<percpu_bench_c_cpu_call>, {}},
+      {op_primitive::current_cpu, cpu, w, c_loop<percpu_bench_c_cpu_inline>, {}, inl},
+      {op_primitive::current_mm_cid, cid, w, c_loop<percpu_bench_c_mm_cid_call>, {}},
+      {op_primitive::current_mm_cid, cid, w, c_loop<percpu_bench_c_mm_cid_inline>, {}, inl},
+      {op_primitive::counter_add, cpu, w, c_add_loop<percpu_bench_c_add_call, 0>, {}},
+      {op_primitive::counter_add, cpu, w, c_add_loop<percpu_bench_c_add_inline, 0>, {}, inl},
+      {op_primitive::counter_add, cid, w, c_add_loop<percpu_bench_c_add_call, 1>, {}},
+      {op_primitive::counter_add, cid, w, c_add_loop<percpu_bench_c_add_inline, 1>, {}, inl},
+  };
+}
+
+namespace {
+
 // ---- the table -----------------------------------------------------------------------------
 
 constexpr std::array<op_who, 4> kColumns = {op_who::percpu, op_who::minimal, op_who::librseq,
@@ -336,8 +372,9 @@ void print_table(const std::vector<bench_result>& results, int threads, op_shape
   fmt::print("{} thread{}, {}\n", threads, threads == 1 ? "" : "s",
              shape == op_shape::call ? "through a call (a function of its own per operation)"
                                      : "inlined in the caller's loop");
-  fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}\n", "primitive", "mode",
-             "percpu", "minimal", "librseq", "atomic", "/minimal", "/librseq", "spread");
+  fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7}\n", "primitive",
+             "mode", "percpu", "C API", "minimal", "librseq", "atomic", "/minimal", "/librseq",
+             "C/C++", "spread");
   bool noisy = false;
   for (index_mode m : {index_mode::cpu_id, index_mode::mm_cid}) {
     for (op_primitive p : kRows) {
@@ -346,10 +383,13 @@ void print_table(const std::vector<bench_result>& results, int threads, op_shape
       const bench_result* minimal = find(results, p, m, shape, op_who::minimal, threads);
       const bench_result* lib = find(results, p, m, shape, op_who::librseq, threads);
       const bench_result* base = find(results, p, m, shape, op_who::baseline, threads);
-      for (const bench_result* r : {ours, minimal, lib, base}) noisy = noisy || (r && r->noisy());
-      fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6}%\n", primitive_name(p),
-                 to_string(m), cell(ours), cell(minimal), cell(lib), cell(base),
-                 ratio(ours, minimal), ratio(ours, lib), ours->spread_percent());
+      const bench_result* c = find(results, p, m, shape, op_who::c_api, threads);
+      for (const bench_result* r : {ours, c, minimal, lib, base})
+        noisy = noisy || (r && r->noisy());
+      fmt::print("{:<34} {:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7} {:>6}%\n",
+                 primitive_name(p), to_string(m), cell(ours), cell(c), cell(minimal), cell(lib),
+                 cell(base), ratio(ours, minimal), ratio(ours, lib), ratio(c, ours),
+                 ours->spread_percent());
     }
   }
   if (noisy) fmt::print("~ marks results whose rounds varied by more than 20%\n");
@@ -410,6 +450,7 @@ int bench_ops(const bench_options& options) {
   std::string minimal_missing, librseq_missing;
   for (auto& c : minimal_contenders(slots, minimal_missing)) contenders.push_back(std::move(c));
   for (auto& c : librseq_contenders(slots, librseq_missing)) contenders.push_back(std::move(c));
+  for (auto& c : c_api_contenders()) contenders.push_back(std::move(c));
 
   // Rounds alternate the contenders: each registers once per round, as its own benchmark of one
   // repetition; the runner gathers the rounds' samples under one name. Within a round the
@@ -435,6 +476,9 @@ int bench_ops(const bench_options& options) {
       "median of {}, each running every contender once (mode: {}, area: {}, {})\n"
       "  minimal: a hand-written rseq sequence, the shortest that does the operation{}\n"
       "  librseq: {}\n"
+      "  C API: the same operation from C through <percpu.h> (the getcpu cache inline; counter "
+      "add a call into libpercpu, from the loop itself when inlined); C/C++: its time over "
+      "percpu's C++\n"
       "  atomic: atomic instructions on the same per-CPU slots (current_cpu: glibc's "
       "sched_getcpu)\n"
       "  /minimal, /librseq: percpu's time over theirs, the median of the rounds' ratios; "

@@ -32,7 +32,7 @@ enum class op_primitive {
 };
 
 /// Who implements a contender: a column of the table.
-enum class op_who { percpu, minimal, baseline, librseq };
+enum class op_who { percpu, c_api, minimal, baseline, librseq };
 
 /// How the caller's code holds the operation: the two shapes users write.
 enum class op_shape {
@@ -187,6 +187,9 @@ std::vector<op_contender> minimal_contenders(int slots, std::string& why_not);
 
 /// librseq's operations (when percpu was built with librseq; else empty, with `why_not`).
 std::vector<op_contender> librseq_contenders(int slots, std::string& why_not);
+
+/// The C API's (<percpu.h>) index reads and counter add, in C loops (ops_c.c).
+std::vector<op_contender> c_api_contenders();
 
 /// Objects of the memory-per-object measurement: 8-byte per-CPU objects, each slot written.
 inline constexpr int kMemoryObjects = 65536;
