@@ -31,6 +31,7 @@
 #else
 #include "percpu/internal/c_getcpu.h"
 #endif
+#include "percpu/internal/c_counter.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -137,8 +138,15 @@ PERCPU_C_API percpu_counter* percpu_counter_create(percpu_index_mode mode);
 PERCPU_C_API void percpu_counter_destroy(percpu_counter* c);
 /** Adds `n` (negative subtracts; arithmetic wraps as uint64_t). Returns 0, or -EINVAL for a bad
  * handle. Never loses an update, also across preemption, migration and signals;
- * async-signal-safe; about 1 ns plus the call. */
+ * async-signal-safe. Inline in C on x86-64 (the C++ add's section, about 0.7 ns in a loop); a
+ * call elsewhere (C++, aarch64, and through the FFI: libpercpu exports it). */
+#ifdef PERCPU_INTERNAL_C_INLINE_ADD
+static inline int percpu_counter_add(percpu_counter* c, int64_t n) {
+  return percpu_internal_counter_add(c, n);
+}
+#else
 PERCPU_C_API int percpu_counter_add(percpu_counter* c, int64_t n);
+#endif
 /** Stores the sum of the slots in `*value`: every add that completed before the call. Returns
  * 0, or -EINVAL (bad handle, NULL value). Async-signal-safe. */
 PERCPU_C_API int percpu_counter_load(const percpu_counter* c, int64_t* value);

@@ -115,7 +115,7 @@ copy_build $b/libpercpu.so.0 $b/libpercpu.so.0.1.0 $b/libpercpu_malloc.so $b/lib
   $b/tests/index_space_check \
   $b/tests/*.so $b/tests/link_check_* $b/tests/malloc_threads_program $b/tests/registration_race_check \
   $b/tests/malloc_large_program $b/tests/malloc_glibc_api_program $b/tests/exit_pool_program \
-  $b/tests/unload_c_main $b/tests/unload_c_main_linked \
+  $b/tests/unload_c_main $b/tests/unload_c_main_linked $b/tests/percpu_c_tests \
   $s/libpercpu.so.0 $s/libpercpu_malloc.so $s/tools/percpu/percpu
 steps="
 $b/tools/percpu/percpu info
@@ -123,6 +123,8 @@ PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_fi
 echo \"PERCPU-VM: glibc-area tests exit \$?\"
 GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_own_filter'
 echo \"PERCPU-VM: percpu-area tests exit \$?\"
+PERCPU_EXPECT=glibc $b/tests/percpu_c_tests && GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_c_tests
+echo \"PERCPU-VM: C API tests exit \$?\"
 /bin/stress.sh $s/tools/percpu/percpu
 echo \"PERCPU-VM: stress exit \$?\""
 [ -n "$vm_command" ] && steps="b=$b s=$s; $vm_command
@@ -169,7 +171,7 @@ timeout 3000 qemu-system-aarch64 -M virt -cpu max -smp 2 -m 2048 -accel tcg,thre
 if [ -n "$vm_command" ]; then
   grep -q "PERCPU-VM: command exit 0" "$log" || { echo "aarch64 VM: the command FAILED (see $log)"; status=1; }
 else
-  for step in "glibc-area tests" "percpu-area tests" "stress"; do
+  for step in "glibc-area tests" "percpu-area tests" "C API tests" "stress"; do
     grep -q "PERCPU-VM: $step exit 0" "$log" || { echo "aarch64 VM: $step FAILED (see $log)"; status=1; }
   done
   grep -q 'area registered by glibc' "$log" || { echo "aarch64 VM: percpu info did not show glibc's registration"; status=1; }
@@ -203,6 +205,8 @@ user_tests || {
     echo "aarch64 user mode: tests FAILED"; status=1
   fi
 }
+PERCPU_EXPECT=fallback timeout 600 qemu-aarch64 -L / $b/tests/percpu_c_tests ||
+  { echo "aarch64 user mode: C API tests FAILED"; status=1; }
 PERCPU_EXPECT=fallback timeout 1800 qemu-aarch64 -L / $b/tools/percpu/percpu \
   stress --short || { echo "aarch64 user mode: stress FAILED"; status=1; }
 fi

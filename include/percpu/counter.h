@@ -73,6 +73,11 @@ class counter {
   /// Number of slots (the index space of M).
   int slots() const noexcept { return slots_.size(); }
 
+  /// Where the slots are: index i's word at base + i * stride. For code that runs its own
+  /// sections on them (the C API's inline add, <percpu.h>); the layout is fixed for the
+  /// counter's life.
+  detail::slot_table table() const noexcept { return slots_.table(); }
+
  private:
   // add() after its one fast attempt did not commit: the full loop, fallback mode included.
   [[gnu::noinline, gnu::cold]] void add_cold(std::intptr_t delta, status fast) noexcept {

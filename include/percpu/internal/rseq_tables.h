@@ -9,7 +9,9 @@
 #error "<percpu/internal/rseq_tables.h> is internal: include <percpu/percpu.h>"
 #endif
 
+#ifdef __cplusplus
 #include "percpu/internal/unload_teardown.h"  // every object with sections gets its unload teardown
+#endif                                        // C objects get theirs from internal/c_counter.h
 
 /// Descriptor `desc` for a section [start, end) aborting to `abort` (Linux
 /// include/uapi/linux/rseq.h: version 0, flags 0, start_ip, post_commit_offset, abort_ip),

@@ -49,23 +49,7 @@ namespace percpu::arch {
 /// out of its loop (current_ops.h, with_area; aarch64/current_ops.h says why it differs there).
 inline constexpr bool kSectionsCheckRegistration = false;
 
-// The head above; `exits` lists further early exits, `keep` runs after the checks with the
-// index still in %[slot] (the lock keeps a copy in %[at]).
-#define PERCPU_X86_CURRENT_HEAD(exits, keep) \
-  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
-  PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
-  exits                                               \
-  PERCPU_X86_ARM_SECTION("3", "%[off]")               \
-  "1:\n\t"                                            \
-  "movl %%fs:%c[field](%[off]), %k[slot]\n\t"         \
-  "cmpl %[bound], %k[slot]\n\t"                       \
-  "jae %l[slow]\n\t" PERCPU_X86_INJECT(1) keep        \
-  ".if %c[shift]\n\t"                                 \
-  "shlq %[shift], %[slot]\n\t"                       \
-  ".else\n\t"                                         \
-  "imulq %[stride], %[slot]\n\t"                      \
-  ".endif\n\t"                                        \
-  "addq %[base], %[slot]\n\t"
+// The head above: PERCPU_X86_CURRENT_HEAD (sections.h, which the C header's inline add shares).
 
 #define PERCPU_X86_CURRENT_OPERANDS(off, t)                                                  \
   [off] "r"(off), [field] "i"(Field), [bound] "m"(::percpu::detail::current_bound<Field>()), \

@@ -51,11 +51,6 @@ namespace percpu::arch {
 
 #define PERCPU_X86_CMPFAIL_EXIT PERCPU_RSEQ_EXIT_POINT("1", "%l[cmpfail]")
 
-// Commit label and abort handler (jumps to `aborted`).
-#define PERCPU_X86_SECTION_TAIL \
-  "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
-  ".popsection\n\t"
-
 #define PERCPU_X86_HEAD_OPERANDS(off, index)                              \
   [off] "r"(off), [idx] "r"(idx), [index] "r"(index), [field] "i"(Field), \
       [bound] "m"(::percpu::detail::section_bound<Field>())PERCPU_X86_INJECT_OPERAND

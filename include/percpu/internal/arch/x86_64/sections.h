@@ -15,7 +15,8 @@
 // the asm is in, so when the linker drops a duplicate inline function it drops its descriptors,
 // exit points and abort handlers with it (otherwise they would point into discarded code).
 // Labels are GNU as numeric local labels passed as strings, so a macro can be expanded in many
-// inlined copies without clashes.
+// inlined copies without clashes. Macros only, C and C++: the C header's inline counter add
+// (internal/c_counter.h) builds its section from them too; C code gets no delay injection.
 #pragma once
 
 #if !defined(PERCPU_PUBLIC_HEADER) && !defined(PERCPU_BUILDING)
@@ -44,7 +45,7 @@
 /// in builds with PERCPU_INJECT_DELAYS, spins detail::g_inject_loops[n] iterations at this point
 /// of the section, so that preemption, migration and signals land inside sections far more often.
 /// Clobbers %eax (every section already clobbers %rax for the arming store). Empty otherwise.
-#ifdef PERCPU_INJECT_DELAYS
+#if defined(PERCPU_INJECT_DELAYS) && defined(__cplusplus)
 #define PERCPU_X86_INJECT(n) \
   "movl " #n                 \
   "*4(%[inject]), %%eax\n\t" \
@@ -88,3 +89,27 @@
   "decq %%rcx\n\t"           \
   "jnz 7b\n\t"               \
   "8:\n\t"
+
+// Commit label and abort handler (jumps to `aborted`).
+#define PERCPU_X86_SECTION_TAIL \
+  "2:\n\t" PERCPU_X86_ABORT_HANDLER("4") "jmp %l[aborted]\n\t"                \
+  ".popsection\n\t"
+
+// The head of a current-index section (current_ops.h has its pseudocode): arm, read the index,
+// compare it with the section bound, compute the slot. `exits` lists further early exits, `keep`
+// runs after the checks with the index still in %[slot] (the lock keeps a copy in %[at]).
+#define PERCPU_X86_CURRENT_HEAD(exits, keep) \
+  PERCPU_RSEQ_DESCRIPTOR("3", "1", "2", "4") \
+  PERCPU_RSEQ_EXIT_POINT("1", "%l[slow]")    \
+  exits                                               \
+  PERCPU_X86_ARM_SECTION("3", "%[off]")               \
+  "1:\n\t"                                            \
+  "movl %%fs:%c[field](%[off]), %k[slot]\n\t"         \
+  "cmpl %[bound], %k[slot]\n\t"                       \
+  "jae %l[slow]\n\t" PERCPU_X86_INJECT(1) keep        \
+  ".if %c[shift]\n\t"                                 \
+  "shlq %[shift], %[slot]\n\t"                       \
+  ".else\n\t"                                         \
+  "imulq %[stride], %[slot]\n\t"                      \
+  ".endif\n\t"                                        \
+  "addq %[base], %[slot]\n\t"
