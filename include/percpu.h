@@ -6,7 +6,8 @@
  * structure it names, with the same contract, costs and thread safety.
  *
  * - The getcpu cache (percpu_current_cpu() and friends) is inline: the same instructions as in
- *   C++. The structures are opaque handles whose operations are calls into libpercpu.
+ *   C++; so is percpu_counter_add() in C on x86-64 (its critical section is the C++ one). The
+ *   structures are opaque handles; their other operations are calls into libpercpu.
  * - Errors: functions returning int return 0 (or a count or a boolean, as documented) on
  *   success and a negative errno value on failure; constructors return NULL and set errno.
  *   -EINVAL (EINVAL) also answers a NULL handle, a handle of another type and a destroyed one

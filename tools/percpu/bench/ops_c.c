@@ -1,8 +1,8 @@
 /* `percpu bench ops`' C API contenders: the loops a C program writes against <percpu.h>,
  * compiled as C (C11), in the suite's two shapes. Through a call: the loop calls a function of
  * its own per operation, 64-byte aligned as the C++ contenders' call_op (bench/ops.h). Inlined:
- * the operation sits in the loop (the getcpu cache inline; a counter add is itself a call into
- * libpercpu). Loops check `stop` every 256 operations, as runner.h's run_until. */
+ * the operation sits in the loop (the getcpu cache, and on x86-64 the counter add, are inline
+ * in C). Loops check `stop` every 256 operations, as runner.h's run_until. */
 #include "bench/ops_c.h"
 
 #include <percpu.h>

@@ -17,7 +17,7 @@ uint64_t percpu_bench_c_cpu_inline(const void* stop);
 /** percpu_current_mm_cid(), likewise. */
 uint64_t percpu_bench_c_mm_cid_call(const void* stop);
 uint64_t percpu_bench_c_mm_cid_inline(const void* stop);
-/** percpu_counter_add(c, 1) through a function of its own, and called from the loop itself;
+/** percpu_counter_add(c, 1) through a function of its own, and in the loop itself;
  * `mm_cid`: the counter of that mode, else cpu_id's. */
 uint64_t percpu_bench_c_add_call(const void* stop, int mm_cid);
 uint64_t percpu_bench_c_add_inline(const void* stop, int mm_cid);
