@@ -17,6 +17,10 @@
  *   possible fence -EOPNOTSUPP.
  * - Index modes: PERCPU_CPU_ID indexes per-CPU data by the CPU the thread runs on,
  *   PERCPU_MM_CID by the kernel's compact concurrency id (memory follows the threads that run).
+ * - Misuse the C++ structures leave undetected in release builds stays undetected here (a
+ *   percpu_rwsem_up_read() or up_write() of a lock not held, a percpu_ref_put() without its
+ *   get: the structure is then broken, as in C++); what C++ reports (a double kill, a pool
+ *   double free, a checked list's double push) is an error value here.
  * - Without rseq (old kernel, seccomp, valgrind, qemu-user) everything works through the
  *   fallback, with the same results; percpu_info() says which mode runs and why. */
 #ifndef PERCPU_H
@@ -178,9 +182,9 @@ PERCPU_C_API int percpu_batched_counter_sum(const percpu_batched_counter* c, int
  * Returns 0 or -EINVAL. */
 PERCPU_C_API int percpu_batched_counter_compare(const percpu_batched_counter* c, int64_t x,
                                                 int* result);
-/** Adds `n` unless the count would pass `limit` (above it for n > 0, below for n < 0): returns
- * 1 when added, 0 when refused (nothing added), -EINVAL (bad handle), -EOPNOTSUPP when the
- * answer needed a fence and none is possible (nothing added). */
+/** Adds `n` if the exact count then stays at most `limit` (n <= 0 always adds): returns 1 when
+ * added, 0 when refused (nothing added), -EINVAL (bad handle), -EOPNOTSUPP when the answer
+ * needed a fence and none is possible (nothing added). */
 PERCPU_C_API int percpu_batched_counter_limited_add(percpu_batched_counter* c, int64_t n,
                                                     int64_t limit);
 /** The most read() may differ from sum(): (batch - 1) * (slots + 2). -EINVAL for a bad handle. */
@@ -204,7 +208,8 @@ typedef struct percpu_freelist percpu_freelist;
 /** An empty list in `mode`; `flags`: 0 or PERCPU_FREELIST_CHECKED. NULL with errno EINVAL or
  * ENOMEM. */
 PERCPU_C_API percpu_freelist* percpu_freelist_create(percpu_index_mode mode, unsigned flags);
-/** Frees the list; nodes still in it stay the caller's (the list forgets them). */
+/** Frees the list; nodes still in it stay the caller's (the list forgets them; a checked list
+ * reads their next pointers to do so: free such nodes after, not before). */
 PERCPU_C_API void percpu_freelist_destroy(percpu_freelist* l);
 /** Pushes `node` onto the calling thread's list: one critical section, async-signal-safe.
  * Returns 0, -EINVAL (bad handle, NULL node), -EEXIST (checked list: already stored). */
@@ -317,7 +322,8 @@ typedef struct percpu_histogram percpu_histogram;
 typedef struct percpu_histogram_snapshot percpu_histogram_snapshot;
 
 /** A zero histogram in `mode` for values in [0, max_value] (0: one hour in ns), with
- * 2^precision_bits sub-buckets per power of two (-1: 7; else 0 to 14). NULL with errno EINVAL
+ * 2^precision_bits sub-buckets per power of two (-1: 7; else 0 to 14; any other value EINVAL).
+ * NULL with errno EINVAL
  * (mode, layout beyond 2^18 buckets) or ENOMEM. */
 PERCPU_C_API percpu_histogram* percpu_histogram_create(percpu_index_mode mode, uint64_t max_value,
                                                        int precision_bits);

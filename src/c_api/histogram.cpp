@@ -38,7 +38,7 @@ extern "C" {
 
 PERCPU_C_API percpu_histogram* percpu_histogram_create(percpu_index_mode mode, uint64_t max_value,
                                                        int precision_bits) {
-  if (!c::known_mode(mode)) {
+  if (!c::known_mode(mode) || precision_bits < -1) {  // -1: the default; 0 to 14 otherwise
     errno = EINVAL;
     return nullptr;
   }

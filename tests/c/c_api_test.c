@@ -443,6 +443,7 @@ static void* histogram_worker(void* p) {
 static void test_histogram(void) {
   int m;
   CHECK(percpu_histogram_create(PERCPU_CPU_ID, 0, 15) == NULL && errno == EINVAL);
+  CHECK(percpu_histogram_create(PERCPU_CPU_ID, 0, -5) == NULL && errno == EINVAL);
   CHECK(percpu_histogram_record(NULL, 1) == -EINVAL);
   CHECK(percpu_histogram_snapshot_count(NULL) == 0);
   for (m = 0; m < 2; ++m) {

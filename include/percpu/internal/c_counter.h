@@ -34,8 +34,9 @@ struct percpu_internal_counter_head {
 int percpu_internal_counter_add_slow(void* c, int64_t n);
 
 /* Clears the rseq_cs of every thread that points into [lo, hi) (unload_teardown.h's
- * disarm_range()). */
-void percpu_internal_disarm_range(uintptr_t lo, uintptr_t hi);
+ * disarm_range()). Weak: a program that includes <percpu.h> for its types only and finds the
+ * functions with dlsym() links without libpercpu (its teardown then has nothing to disarm). */
+void percpu_internal_disarm_range(uintptr_t lo, uintptr_t hi) __attribute__((weak));
 
 /* rseq_tables.h's descriptors land in this object's __rseq_cs; the linker names its bounds. */
 extern const char __start___rseq_cs[] __attribute__((weak, visibility("hidden")));
@@ -44,12 +45,14 @@ extern const char __stop___rseq_cs[] __attribute__((weak, visibility("hidden")))
 #if !defined(PERCPU_NO_UNLOAD_TEARDOWN)
 /* The object's unload teardown (unload_teardown.h says why): weak and hidden, so each object
  * keeps one copy and one flag, whatever number of its translation units include this. */
+extern int percpu_internal_c_teardown_done; /* declared first: -Wmissing-variable-declarations */
+void percpu_internal_c_teardown(void);      /* and -Wmissing-prototypes */
 __attribute__((weak, visibility("hidden"))) int percpu_internal_c_teardown_done;
 __attribute__((weak, visibility("hidden"), destructor)) void percpu_internal_c_teardown(void) {
   const uintptr_t lo = (uintptr_t)__start___rseq_cs, hi = (uintptr_t)__stop___rseq_cs;
   if (percpu_internal_c_teardown_done) return;
   percpu_internal_c_teardown_done = 1;
-  if (lo != 0 && lo < hi) percpu_internal_disarm_range(lo, hi);
+  if (lo != 0 && lo < hi && percpu_internal_disarm_range != 0) percpu_internal_disarm_range(lo, hi);
 }
 #endif
 
@@ -71,28 +74,30 @@ __attribute__((weak, visibility("hidden"), destructor)) void percpu_internal_c_t
         : aborted, slow);                                                                      \
   } while (0)
 
-/* percpu_counter_add() inlined: the handle's tag and mode, the area's offset and its
- * registration check (hoisted out of a caller's loop, as the C++ add's), one section per mode;
- * the exported slow path otherwise. (Measured against other shapes: the field and bound named
- * in the handle, one section for both modes, ran 1.5x the C++ add; a branch-free pick of them,
- * 1.7x; this shape, 1.1x, both modes alike.) */
+/* percpu_counter_add() inlined: the handle's tag and mode, the area's offset and, in mm_cid
+ * mode, its registration check (both hoisted out of a caller's loop, as the C++ add's), one
+ * section per mode; the exported slow path otherwise. (Measured against other shapes, 1 thread,
+ * inlined in a loop: the field and bound named in the handle with one section for both modes
+ * ran 1.5x the C++ add; a branch-free pick of them, 1.7x; the registration check taken before
+ * the mode's branch, 1.25-1.35x; this shape, 1.05-1.15x, both modes alike.) */
 PERCPU_INTERNAL_INLINE int percpu_internal_counter_add(void* c, int64_t n) {
   const struct percpu_internal_counter_head* h = (const struct percpu_internal_counter_head*)c;
-  intptr_t off, mm_off;
-  __asm__(PERCPU_ASM_LOAD_INVARIANT
-          : "=r"(off)
-          : [w] PERCPU_HOT_ADDR(&percpu_hot_state.rseq_offset));
-  /* Before the mode's branch, so that the compiler hoists it with `off`. */
-  mm_off = (intptr_t)percpu_internal_if_area_registered((uint64_t)off);
   if (__builtin_expect(h != 0 && h->tag == PERCPU_INTERNAL_COUNTER_TAG, 1)) {
+    intptr_t off;
+    __asm__(PERCPU_ASM_LOAD_INVARIANT
+            : "=r"(off)
+            : [w] PERCPU_HOT_ADDR(&percpu_hot_state.rseq_offset));
     if (h->mode == 0) {
       if (__builtin_expect(off != 0, 1)) {
         PERCPU_INTERNAL_C_ADD(4, percpu_hot_state.cpu_section_bound, off, h->base, n);
         return 0;
       }
-    } else if (__builtin_expect(mm_off != 0, 1)) {
-      PERCPU_INTERNAL_C_ADD(24, percpu_hot_state.mm_cid_field_bound, mm_off, h->base, n);
-      return 0;
+    } else {
+      off = (intptr_t)percpu_internal_if_area_registered((uint64_t)off);
+      if (__builtin_expect(off != 0, 1)) {
+        PERCPU_INTERNAL_C_ADD(24, percpu_hot_state.mm_cid_field_bound, off, h->base, n);
+        return 0;
+      }
     }
   }
 aborted:

@@ -18,8 +18,12 @@
  * link-time constant (a copy relocation in a position-independent one), so the load is
  * RIP-relative, as a plain load of it would be. In a shared object the state may lie in another
  * one, so its address comes from the GOT (a load the compiler hoists too); clang takes no such
- * address as an "i" operand and gets the same register form. */
-#if defined(__x86_64__) && !defined(__clang__) && (!defined(__PIC__) || defined(__PIE__))
+ * address as an "i" operand and gets the same register form. C gets the register form too: gcc
+ * -flto with its default PIE (no -fPIE given) compiles the link-time code as PIC and refuses
+ * the "i" operand ("impossible constraint"), which a C user's LTO build would hit; the
+ * address's `lea` is hoisted with the loads. */
+#if defined(__x86_64__) && defined(__cplusplus) && !defined(__clang__) && \
+    (!defined(__PIC__) || defined(__PIE__))
 #define PERCPU_HOT_AT(name, disp) "%c[" name "]+" disp "(%%rip)"
 #define PERCPU_HOT_ADDR(address) "i"(address)
 #else
