@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "cancel_disabled.h"
@@ -137,7 +138,8 @@ void on_thread_exit(void*) {
     // unlock would find no id and wait for the mutex its own thread holds.
     signals_blocked no_signals;
     std::lock_guard<std::mutex> lock(g_dense_mutex);
-    dense_used()[t_dense_id] = false;
+    auto& used = dense_used();
+    if (static_cast<std::size_t>(t_dense_id) < used.size()) used[t_dense_id] = false;
     t_dense_id = -1;
   }
 }
@@ -181,7 +183,8 @@ void after_fork_in_child() {
   // Only the forking thread exists in the child: every other dense id is free again.
   auto& used = dense_used();
   std::fill(used.begin(), used.end(), false);
-  if (t_dense_id >= 0) used[t_dense_id] = true;
+  if (t_dense_id >= 0 && static_cast<std::size_t>(t_dense_id) < used.size())
+    used[t_dense_id] = true;
   g_dense_mutex.unlock();
   g_info_mutex.unlock();
   g_switch_mutex.unlock();
@@ -331,7 +334,13 @@ int dense_thread_id() {
       auto it = std::find(used.begin(), used.end(), false);
       t_dense_id = static_cast<int>(it - used.begin());
       if (it == used.end()) {
-        used.push_back(true);
+        // Out of memory, the id goes unrecorded (a later thread may share it): in fallback mode
+        // an index is only where an operation starts, and every operation is correct on any
+        // slot. An exception here would end the process (the callers are noexcept).
+        try {
+          used.push_back(true);
+        } catch (const std::bad_alloc&) {
+        }
       } else {
         *it = true;
       }
