@@ -115,6 +115,17 @@ H* created(F&& f) {
   return out;
 }
 
+/// A constructor taking an index mode (and, `valid`, its other arguments' checks): EINVAL for
+/// an unknown mode or invalid arguments, else created(f).
+template <class H, class F>
+H* created_in(percpu_index_mode mode, bool valid, F&& f) {
+  if (!known_mode(mode) || !valid) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return created<H>(std::forward<F>(f));
+}
+
 /// A destroy: clears the tag, then deletes; NULL or a bad handle is left alone.
 template <class H, class P>
 void destroyed(P* h) noexcept {

@@ -64,11 +64,7 @@ bool valid_counter(const percpu_counter* h) noexcept {
 extern "C" {
 
 PERCPU_C_API percpu_counter* percpu_counter_create(percpu_index_mode mode) {
-  if (!c::known_mode(mode)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return c::created<percpu_counter>([&] { return new percpu_counter(mode); });
+  return c::created_in<percpu_counter>(mode, true, [&] { return new percpu_counter(mode); });
 }
 
 PERCPU_C_API void percpu_counter_destroy(percpu_counter* h) {

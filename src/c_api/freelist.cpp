@@ -61,13 +61,10 @@ namespace c = percpu::c_api;
 extern "C" {
 
 PERCPU_C_API percpu_freelist* percpu_freelist_create(percpu_index_mode mode, unsigned flags) {
-  if (!c::known_mode(mode) || (flags & ~PERCPU_FREELIST_CHECKED) != 0) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  const bool valid = (flags & ~PERCPU_FREELIST_CHECKED) == 0;
   const std::size_t which =
       static_cast<std::size_t>(mode) + ((flags & PERCPU_FREELIST_CHECKED) != 0 ? 2 : 0);
-  return c::created<percpu_freelist>([&] { return new percpu_freelist(which); });
+  return c::created_in<percpu_freelist>(mode, valid, [&] { return new percpu_freelist(which); });
 }
 
 PERCPU_C_API void percpu_freelist_destroy(percpu_freelist* h) {

@@ -38,11 +38,8 @@ extern "C" {
 
 PERCPU_C_API percpu_histogram* percpu_histogram_create(percpu_index_mode mode, uint64_t max_value,
                                                        int precision_bits) {
-  if (!c::known_mode(mode) || precision_bits < -1) {  // -1: the default; 0 to 14 otherwise
-    errno = EINVAL;
-    return nullptr;
-  }
-  return c::created<percpu_histogram>([&] {
+  const bool valid = precision_bits >= -1;  // -1: the default; 0 to 14 otherwise
+  return c::created_in<percpu_histogram>(mode, valid, [&] {
     const percpu::histogram_layout layout(
         precision_bits < 0 ? percpu::histogram_layout::kDefaultPrecisionBits : precision_bits,
         max_value != 0 ? max_value : percpu::histogram_layout::kDefaultMaxValue);

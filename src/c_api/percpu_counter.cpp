@@ -22,12 +22,8 @@ extern "C" {
 
 PERCPU_C_API percpu_batched_counter* percpu_batched_counter_create(percpu_index_mode mode,
                                                                    int64_t batch) {
-  if (!c::known_mode(mode)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return c::created<percpu_batched_counter>(
-      [&] { return new percpu_batched_counter(mode, batch); });
+  return c::created_in<percpu_batched_counter>(
+      mode, true, [&] { return new percpu_batched_counter(mode, batch); });
 }
 
 PERCPU_C_API void percpu_batched_counter_destroy(percpu_batched_counter* h) {

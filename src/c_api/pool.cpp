@@ -19,14 +19,11 @@ namespace c = percpu::c_api;
 extern "C" {
 
 PERCPU_C_API percpu_pool* percpu_pool_create(percpu_index_mode mode, size_t stride, int slots) {
-  if (!c::known_mode(mode) || slots < 0) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  const bool valid = slots >= 0;
   percpu::pool_options options;
   if (stride != 0) options.stride = stride;
   options.slots = slots;
-  return c::created<percpu_pool>([&] { return new percpu_pool(mode, options); });
+  return c::created_in<percpu_pool>(mode, valid, [&] { return new percpu_pool(mode, options); });
 }
 
 PERCPU_C_API void percpu_pool_destroy(percpu_pool* h) {

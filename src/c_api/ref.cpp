@@ -27,11 +27,7 @@ extern "C" {
 
 PERCPU_C_API percpu_ref* percpu_ref_create(percpu_index_mode mode, percpu_ref_release_fn release,
                                            void* arg) {
-  if (!c::known_mode(mode)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return c::created<percpu_ref>([&] { return new percpu_ref(mode, release, arg); });
+  return c::created_in<percpu_ref>(mode, true, [&] { return new percpu_ref(mode, release, arg); });
 }
 
 PERCPU_C_API void percpu_ref_destroy(percpu_ref* h) {

@@ -20,11 +20,7 @@ namespace c = percpu::c_api;
 extern "C" {
 
 PERCPU_C_API percpu_rwsem* percpu_rwsem_create(percpu_index_mode mode) {
-  if (!c::known_mode(mode)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return c::created<percpu_rwsem>([&] { return new percpu_rwsem(mode); });
+  return c::created_in<percpu_rwsem>(mode, true, [&] { return new percpu_rwsem(mode); });
 }
 
 PERCPU_C_API void percpu_rwsem_destroy(percpu_rwsem* h) {
