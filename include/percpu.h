@@ -170,6 +170,7 @@ typedef struct percpu_batched_counter percpu_batched_counter;
  * NULL with errno EINVAL (mode, batch) or ENOMEM. */
 PERCPU_C_API percpu_batched_counter* percpu_batched_counter_create(percpu_index_mode mode,
                                                                    int64_t batch);
+/** Frees it (NULL or a bad handle: nothing). No thread may use it any more. */
 PERCPU_C_API void percpu_batched_counter_destroy(percpu_batched_counter* c);
 /** Adds `n`. Returns 0 or -EINVAL. Never waits; async-signal-safe. */
 PERCPU_C_API int percpu_batched_counter_add(percpu_batched_counter* c, int64_t n);
@@ -261,6 +262,7 @@ static inline void* percpu_pool_slot(void* base, size_t stride, int index) {
  * closes the per-CPU path, fences every CPU and waits for readers to leave. */
 typedef struct percpu_rwsem percpu_rwsem;
 
+/** An unlocked semaphore in `mode`. NULL with errno EINVAL (mode) or ENOMEM. Thread-safe. */
 PERCPU_C_API percpu_rwsem* percpu_rwsem_create(percpu_index_mode mode);
 /** Frees it; nobody may hold or wait for it. */
 PERCPU_C_API void percpu_rwsem_destroy(percpu_rwsem* s);
@@ -327,6 +329,7 @@ typedef struct percpu_histogram_snapshot percpu_histogram_snapshot;
  * (mode, layout beyond 2^18 buckets) or ENOMEM. */
 PERCPU_C_API percpu_histogram* percpu_histogram_create(percpu_index_mode mode, uint64_t max_value,
                                                        int precision_bits);
+/** Frees it (NULL or a bad handle: nothing); its snapshots stay valid. No thread may record. */
 PERCPU_C_API void percpu_histogram_destroy(percpu_histogram* h);
 /** Records `value` (above max_value: counted above the range). Returns 0 or -EINVAL.
  * Async-signal-safe; never waits. */
@@ -336,6 +339,7 @@ PERCPU_C_API int percpu_histogram_record(percpu_histogram* h, uint64_t value);
  * ENOMEM, EOPNOTSUPP (no fence possible: nothing lost, the next snapshot has them). */
 PERCPU_C_API percpu_histogram_snapshot* percpu_histogram_snapshot_take(percpu_histogram* h,
                                                                        int reset);
+/** Frees a snapshot (NULL or a bad handle: nothing). */
 PERCPU_C_API void percpu_histogram_snapshot_destroy(percpu_histogram_snapshot* s);
 /** Number of values, their sum (wrapping), values above the range; 0 for a bad handle. */
 PERCPU_C_API uint64_t percpu_histogram_snapshot_count(const percpu_histogram_snapshot* s);
