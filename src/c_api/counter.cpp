@@ -23,7 +23,6 @@ using counters = std::variant<percpu::counter<std::int64_t, index_mode::cpu_id>,
 }  // namespace
 
 struct percpu_counter {
-  static constexpr std::uint32_t kTag = PERCPU_INTERNAL_COUNTER_TAG;  // for c_handle.h's created()
   percpu_internal_counter_head head;
   std::unique_ptr<counters> object;
 

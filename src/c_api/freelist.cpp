@@ -118,7 +118,7 @@ PERCPU_C_API node* percpu_freelist_drain(percpu_freelist* h, int index) {
 
 PERCPU_C_API int percpu_freelist_slots(const percpu_freelist* h) {
   if (!c::valid<percpu_freelist>(h)) return -EINVAL;
-  return const_cast<percpu_freelist*>(h)->with([](auto& l) { return l.slots(); });
+  return std::visit([](const auto& l) { return l.slots(); }, h->object);
 }
 
 }  // extern "C"
