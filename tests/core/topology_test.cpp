@@ -77,6 +77,22 @@ TEST_F(FakeSysfs, GarbageFallsBackToSysconf) {
   EXPECT_GE(t.cpu_id_bound, 1);
 }
 
+TEST_F(FakeSysfs, ReadsOnlyTheFirstLineWhateverItsLength) {
+  // No newline at the end; a second line ignored; a first line longer than one read (the list
+  // 0,1,...,1499 is about 6,400 bytes, the reader's buffer 4 KiB).
+  write("devices/system/cpu/possible", "0-7");
+  write("devices/system/cpu/online", "0-3\n4-7\n");
+  std::string many;
+  for (int i = 0; i < 1500; ++i) many += (i ? "," : "") + std::to_string(i);
+  write("devices/system/node/possible", many + "\n2000\n");
+  const auto t = percpu::read_topology(root_.string());
+  EXPECT_EQ(t.possible_cpus.size(), 8u);
+  EXPECT_EQ(t.possible_source, "sysfs");
+  EXPECT_EQ(t.online_cpus, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_EQ(t.nodes.size(), 1500u);
+  EXPECT_EQ(t.nodes.back(), 1499);
+}
+
 TEST(MachineTopology, CoversEveryCpuTheKernelReports) {
   const auto& t = percpu::machine_topology();
   ASSERT_FALSE(t.possible_cpus.empty());
