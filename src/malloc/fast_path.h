@@ -71,6 +71,22 @@ __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) no
   return slow::allocate_small(cls, r == arch::current_result::aborted);
 }
 
+/// The per-CPU cache's part of allocate_inline() alone: an object of the class of `size` (at
+/// most kSmallLimit bytes) when the cache's section commits, else nullptr, leaving every slow
+/// path to the caller. A caller with work to do after a failure (operator new's new-handler
+/// loop) then needs no stack frame on its fast path, as allocate_inline's tail call does not.
+__attribute__((always_inline)) inline void* allocate_cached(std::size_t size) noexcept {
+  if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return nullptr;
+  const std::size_t cls =
+      detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
+  void* p;
+  if (PERCPU_LIKELY(cache_pop_fast(cls, p) == arch::current_result::committed)) {
+    clear_free_tag(p);
+    return p;
+  }
+  return nullptr;
+}
+
 /// free(p): a small object back onto the per-CPU cache after its checks (the start of an
 /// object, held by a user), else the slow paths. A fault stops the process (slow::fatal).
 __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {

@@ -151,10 +151,12 @@ __attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignmen
   }
 }
 
-// operator new: the fast path inline, the new-handler loop out of line.
+// operator new: the per-CPU cache's pop inline, everything else (refills, large blocks, an
+// aborted section, the new-handler loop) out of line behind one tail call, so that the fast path
+// has no stack frame.
 inline void* new_or_throw(std::size_t size, std::size_t alignment) {
   if (PERCPU_LIKELY(alignment <= 16)) {
-    if (void* p = pm::allocate_inline(size); PERCPU_LIKELY(p != nullptr)) return p;
+    if (void* p = pm::allocate_cached(size); PERCPU_LIKELY(p != nullptr)) return p;
   }
   return new_retry(size, alignment);
 }
