@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -164,6 +165,41 @@ void fork_children(int n) {
   }
 }
 
+// operator new's ways out when the allocator refuses: bad_alloc without a new-handler, the
+// handler called before each retry, null from the nothrow forms; a small new after them works.
+int g_handler_calls = 0;
+void give_up_handler() {
+  ++g_handler_calls;
+  std::set_new_handler(nullptr);  // the next retry throws
+}
+
+void check_new_refusals() {
+  const std::size_t absurd = std::numeric_limits<std::size_t>::max() / 2;
+  bool threw = false;
+  try {
+    void* volatile p = ::operator new(absurd);
+    static_cast<void>(p);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw) fail("operator new of an absurd size did not throw bad_alloc");
+  std::set_new_handler(give_up_handler);
+  threw = false;
+  try {
+    void* volatile p = ::operator new[](absurd);
+    static_cast<void>(p);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  if (!threw || g_handler_calls != 1) fail("operator new[] did not call the new-handler once");
+  if (::operator new(absurd, std::nothrow) != nullptr) fail("nothrow new returned memory");
+  if (::operator new[](absurd, std::align_val_t{64}, std::nothrow) != nullptr)
+    fail("aligned nothrow new[] returned memory");
+  char* small = new char[24];
+  std::memset(small, 7, 24);
+  delete[] small;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,6 +236,7 @@ int main(int argc, char** argv) {
   stop_signalled = true;
   signalled.join();
 
+  check_new_refusals();
   const long expected = per_producer * kProducers;
   if (g_bad.load() != 0) fail("an object changed between its allocation and its free");
   if (g_consumed.load() != expected) fail("objects were lost");
