@@ -71,19 +71,24 @@ __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) no
   return slow::allocate_small(cls, r == arch::current_result::aborted);
 }
 
-/// The per-CPU cache's part of allocate_inline() alone: an object of the class of `size` (at
-/// most kSmallLimit bytes) when the cache's section commits, else nullptr, leaving every slow
-/// path to the caller. A caller with work to do after a failure (operator new's new-handler
-/// loop) then needs no stack frame on its fast path, as allocate_inline's tail call does not.
-__attribute__((always_inline)) inline void* allocate_cached(std::size_t size) noexcept {
+/// The per-CPU cache's part of allocate_inline() alone: an object of the class of `size` when
+/// the cache's section commits, else nullptr with `aborted` telling whether the section aborted
+/// (for the statistics), leaving every slow path to the caller. A caller with work to do after
+/// a failure (operator new's new-handler loop) then needs no stack frame on its fast path, as
+/// allocate_inline's tail call does not.
+__attribute__((always_inline)) inline void* allocate_cached(std::size_t size,
+                                                            bool& aborted) noexcept {
+  aborted = false;
   if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return nullptr;
   const std::size_t cls =
       detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
   void* p;
-  if (PERCPU_LIKELY(cache_pop_fast(cls, p) == arch::current_result::committed)) {
+  const arch::current_result r = cache_pop_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
     clear_free_tag(p);
     return p;
   }
+  aborted = r == arch::current_result::aborted;
   return nullptr;
 }
 

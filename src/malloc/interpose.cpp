@@ -14,6 +14,7 @@
 #include "malloc/fast_path.h"
 #include "malloc/stats.h"
 #include "percpu/malloc.h"
+#include "percpu/runtime.h"
 
 namespace pm = percpu::malloc_impl;
 
@@ -140,8 +141,10 @@ __attribute__((destructor)) void print_stats_at_exit() {
 
 namespace {
 
-// The new-handler loop, after a first try failed (or for an alignment above 16).
-__attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignment) {
+// The new-handler loop, after the per-CPU cache's pop did not commit (`aborted`: its section
+// aborted, counted here as the slow paths count theirs), or for an alignment above 16.
+__attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignment, bool aborted) {
+  if (PERCPU_UNLIKELY(aborted)) percpu::detail::note_abort();  // statistics
   for (;;) {
     void* p = alignment <= 16 ? pm::allocate(size) : pm::allocate_aligned(alignment, size);
     if (p != nullptr) return p;
@@ -155,10 +158,11 @@ __attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignmen
 // aborted section, the new-handler loop) out of line behind one tail call, so that the fast path
 // has no stack frame.
 inline void* new_or_throw(std::size_t size, std::size_t alignment) {
+  bool aborted = false;
   if (PERCPU_LIKELY(alignment <= 16)) {
-    if (void* p = pm::allocate_cached(size); PERCPU_LIKELY(p != nullptr)) return p;
+    if (void* p = pm::allocate_cached(size, aborted); PERCPU_LIKELY(p != nullptr)) return p;
   }
-  return new_retry(size, alignment);
+  return new_retry(size, alignment, aborted);
 }
 
 void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
