@@ -51,43 +51,45 @@ inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
   return word != tag;
 }
 
+/// The per-CPU cache's pop of an object of class `cls` for a user: on commit, `p` is the object
+/// with its free tag cleared (it is the user's now); otherwise why not (slow: empty, closed or
+/// outside the caches; aborted).
+__attribute__((always_inline)) inline arch::current_result pop_for_user(std::size_t cls,
+                                                                        void*& p) noexcept {
+  const arch::current_result r = cache_pop_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) clear_free_tag(p);
+  return r;
+}
+
 /// malloc(size): an object of the smallest class holding `size` bytes from the per-CPU cache,
 /// else the slow paths. NULL with ENOMEM when out of memory.
 __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) noexcept {
   std::size_t cls;
   if (PERCPU_LIKELY(size <= detail::kSmallLimit)) {
-    cls = detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
+    cls = detail::small_class_of(size);
     if (cls == 0) __builtin_unreachable();  // every size up to kSmallLimit has a class
   } else {
     cls = size_class_of(size);
     if (PERCPU_UNLIKELY(cls == 0)) return slow::allocate_large_block(size);
   }
   void* p;
-  const arch::current_result r = cache_pop_fast(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
-    clear_free_tag(p);
-    return p;
-  }
+  const arch::current_result r = pop_for_user(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) return p;
   return slow::allocate_small(cls, r == arch::current_result::aborted);
 }
 
-/// The per-CPU cache's part of allocate_inline() alone: an object of the class of `size` when
-/// the cache's section commits, else nullptr with `aborted` telling whether the section aborted
-/// (for the statistics), leaving every slow path to the caller. A caller with work to do after
-/// a failure (operator new's new-handler loop) then needs no stack frame on its fast path, as
-/// allocate_inline's tail call does not.
+/// The per-CPU cache's part of allocate_inline() alone, for sizes up to kSmallLimit: the object
+/// when the cache's section commits, else nullptr with `aborted` telling whether the section
+/// aborted (for the statistics), leaving every slow path to the caller. A caller with work to do
+/// after a failure (operator new's new-handler loop) then needs no stack frame on its fast path,
+/// as allocate_inline's tail call does not.
 __attribute__((always_inline)) inline void* allocate_cached(std::size_t size,
                                                             bool& aborted) noexcept {
   aborted = false;
   if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return nullptr;
-  const std::size_t cls =
-      detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
   void* p;
-  const arch::current_result r = cache_pop_fast(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) {
-    clear_free_tag(p);
-    return p;
-  }
+  const arch::current_result r = pop_for_user(detail::small_class_of(size), p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed)) return p;
   aborted = r == arch::current_result::aborted;
   return nullptr;
 }

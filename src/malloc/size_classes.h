@@ -136,13 +136,17 @@ constexpr bool every_entry_has_a_class(
 // malloc's fast path relies on it (fast_path.h: no test of class 0 for small sizes).
 static_assert(every_entry_has_a_class(kSmallLookup));
 
+/// size_class_of() for `size` at most kSmallLimit: one table load, never 0.
+inline std::size_t small_class_of(std::size_t size) noexcept {
+  return kSmallLookup[(size + kSmallStep - 1) / kSmallStep];
+}
+
 }  // namespace detail
 
 /// The class of an allocation of `size` bytes: the smallest class at least that big, or 0 for
 /// sizes above kMaxSmallSize (mapped directly). Size 0 gets the smallest class.
 inline std::size_t size_class_of(std::size_t size) noexcept {
-  if (size <= detail::kSmallLimit)
-    return detail::kSmallLookup[(size + detail::kSmallStep - 1) / detail::kSmallStep];
+  if (size <= detail::kSmallLimit) return detail::small_class_of(size);
   if (size <= kMaxSmallSize)
     return detail::kLargeLookup[(size + detail::kLargeStep - 1) / detail::kLargeStep];
   return 0;
