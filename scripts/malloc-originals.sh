@@ -8,25 +8,28 @@
 # in those shapes (`percpu bench malloc`) are; docs/malloc.md has this script's latest figures.
 #
 # Usage: scripts/malloc-originals.sh MIMALLOC_BENCH_DIR [--runs N] [--build DIR] [--percpu SO]
-#            [--allocators a,b,...] [BENCH ...]
+#            [--cli PERCPU] [--allocators a,b,...] [BENCH ...]
 # BENCH: larson2, larson64, xmalloc, simple, cfrac (default: all five); N: rounds (default 3);
-# DIR: where the programs are built (default build/malloc-originals); SO: percpu malloc
-# (default build/release/libpercpu_malloc.so). Throughput is M ops/s (larson), M frees/s
+# DIR: where the programs are built (default build/malloc-originals); the allocators and their
+# libraries are those `PERCPU bench malloc --list-allocators` finds (default PERCPU:
+# build/release/tools/percpu/percpu; names as its --allocators takes them); SO replaces percpu
+# malloc's library (to compare two builds, say). Throughput is M ops/s (larson), M frees/s
 # (xmalloc); time in s (simple, cfrac: lower is better).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: $0 MIMALLOC_BENCH_DIR [--runs N] [--build DIR] [--percpu SO] [--allocators a,b,...] [BENCH ...]"
+usage="usage: $0 MIMALLOC_BENCH_DIR [--runs N] [--build DIR] [--percpu SO] [--cli PERCPU] [--allocators a,b,...] [BENCH ...]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 mb=$1
 shift
-runs=3 out=build/malloc-originals percpu=build/release/libpercpu_malloc.so
+runs=3 out=build/malloc-originals percpu='' cli=build/release/tools/percpu/percpu
 allocators=glibc,jemalloc,tcmalloc,mimalloc,percpu benches=()
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }; runs=$2; shift ;;
     --build) [ -n "${2:-}" ] || { echo "$usage" >&2; exit 2; }; out=$2; shift ;;
     --percpu) [ -n "${2:-}" ] || { echo "$usage" >&2; exit 2; }; percpu=$2; shift ;;
+    --cli) [ -n "${2:-}" ] || { echo "$usage" >&2; exit 2; }; cli=$2; shift ;;
     --allocators) [ -n "${2:-}" ] || { echo "$usage" >&2; exit 2; }; allocators=$2; shift ;;
     larson2 | larson64 | xmalloc | simple | cfrac) benches+=("$1") ;;
     *) echo "$usage" >&2; exit 2 ;;
@@ -60,23 +63,19 @@ for f in cfrac pops pconst pio pabs pneg pcmp podd phalf padd psub pmul pdivmod 
 done
 build cfrac gcc "${flags[@]}" -std=gnu89 -DNOMEMOPT=1 "${cfrac_sources[@]}" -lm
 
-libdir=$(dirname "$(gcc -print-file-name=libc.so.6)")
-declare -A preload=([glibc]="")
-for name in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 mimalloc:libmimalloc.so.2; do
-  lib=$libdir/${name#*:}
-  [ -e "$lib" ] || lib=/usr/lib/$(gcc -print-multiarch)/${name#*:}
-  [ -e "$lib" ] && preload[${name%%:*}]=$lib
-done
-[ -e "$percpu" ] || { echo "$0: $percpu not found (build the project first)" >&2; exit 1; }
-preload[percpu]=$(realpath "$percpu")
+# The allocators and their libraries as `percpu bench malloc` finds them.
+[ -x "$cli" ] || { echo "$0: $cli not found (build the project first)" >&2; exit 1; }
+declare -A preload=() conf=()
 chosen=()
-for a in ${allocators//,/ }; do
-  if [ -z "${preload[$a]+set}" ]; then
-    echo "$0: allocator $a not found here; skipped" >&2
-  else
-    chosen+=("$a")
-  fi
-done
+while IFS=$'\t' read -r name lib malloc_conf; do
+  preload[$name]=$lib conf[$name]=$malloc_conf
+  chosen+=("$name")
+done < <("$cli" bench malloc --list-allocators --allocators "$allocators")
+[ ${#chosen[@]} -gt 0 ] || { echo "$0: no allocator to run" >&2; exit 1; }
+if [ -n "$percpu" ] && [ -n "${preload[percpu]+set}" ]; then
+  [ -e "$percpu" ] || { echo "$0: $percpu not found" >&2; exit 1; }
+  preload[percpu]=$(realpath "$percpu")  # the programs run from /tmp
+fi
 
 median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 results=$(mktemp)
@@ -94,7 +93,7 @@ for bench in "${benches[@]}"; do
   for ((r = 1; r <= runs; ++r)); do
     for a in "${chosen[@]}"; do
       # larson and glibc-simple write files in the working directory: run them in /tmp.
-      text=$(cd /tmp && LD_PRELOAD=${preload[$a]} /usr/bin/time -f "@rss %M @elapsed %e" "${cmd[@]}" 2>&1) ||
+      text=$(cd /tmp && LD_PRELOAD=${preload[$a]} MALLOC_CONF=${conf[$a]} /usr/bin/time -f "@rss %M @elapsed %e" "${cmd[@]}" 2>&1) ||
         { echo "$a: ${cmd[*]} failed:" >&2; echo "$text" >&2; exit 1; }
       rss=$(awk '/^@rss/ {printf "%.1f", $2 / 1024}' <<<"$text")
       case $bench in
@@ -113,7 +112,7 @@ for bench in "${benches[@]}"; do
     done
   done
   for a in "${chosen[@]}"; do
-    printf '  %-9s median %s (peak RSS %s)\n' "$a" \
+    printf '  %-16s median %s (peak RSS %s)\n' "$a" \
       "$(awk -v a="$a" '$1 == a {print $2}' "$results" | median)" \
       "$(awk -v a="$a" '$1 == a {print $3}' "$results" | median)"
   done

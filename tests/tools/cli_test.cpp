@@ -149,6 +149,14 @@ TEST(Cli, CommandLineConventions) {
   EXPECT_NE(allocators.out.find("cannot write /proc/percpu-x.json"), std::string::npos)
       << allocators.out;
   EXPECT_NE(run("bench malloc --allocators glibc,nosuch").status, 0);
+  // The allocators a script would preload: glibc with no library, percpu malloc's beside the tool.
+  const auto listed = run("bench malloc --list-allocators --allocators glibc,percpu");
+  EXPECT_EQ(listed.status, 0) << listed.out;
+  EXPECT_NE(listed.out.find("glibc\t\t\n"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("percpu\t/"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("libpercpu_malloc.so\t\n"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.find("mimalloc"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.rfind("glibc\t", 0), 0u) << listed.out;  // no header before the list
   const auto lists =
       run("stress --structure counter,freelist --mode cpu_id --threads 2 --reps 200 "
           "--no-fork");

@@ -125,6 +125,10 @@ int run(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember(
           {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
+  bool malloc_list = false;
+  malloc_suite->add_flag("--list-allocators", malloc_list,
+                         "Print the allocators found (name, library to preload, MALLOC_CONF), a "
+                         "line each, tab-separated, and run nothing");
 
   auto* slice = bench->add_subcommand(
       "slice",
@@ -226,6 +230,8 @@ int run(int argc, char** argv) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
   }
+  if (malloc_suite->parsed() && malloc_list)  // a listing for scripts: no header line
+    return percpu::cli::list_malloc_allocators(malloc_only);
   if (bench->parsed() && !bench->get_subcommands().empty())
     fmt::print("percpu bench: on {}\n", percpu::cli::environment_line(percpu::cli::info_json()));
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);

@@ -212,6 +212,30 @@ nlohmann::json summarize(samples& m, size_samples& by_size) {
 
 }  // namespace
 
+// The allocators found, less those not named in `only` (when it names any).
+std::vector<allocator> chosen_allocators(const std::string& dir,
+                                         const std::vector<std::string>& only,
+                                         std::vector<std::string>& missing) {
+  std::vector<allocator> allocators = find_allocators(dir, missing);
+  if (!only.empty())
+    std::erase_if(allocators, [&](const allocator& a) {
+      return std::find(only.begin(), only.end(), a.name) == only.end();
+    });
+  return allocators;
+}
+
+int list_malloc_allocators(const std::vector<std::string>& only) {
+  std::vector<std::string> missing;
+  for (const allocator& a : chosen_allocators(self_dir(), only, missing))
+    fmt::print("{}\t{}\t{}\n", a.name, a.library, a.conf);
+  for (const std::string& m : missing) {
+    const std::string name = m.substr(0, m.find(' '));
+    if (only.empty() || std::find(only.begin(), only.end(), name) != only.end())
+      std::cerr << "percpu bench malloc: not found: " << m << '\n';
+  }
+  return 0;
+}
+
 int bench_malloc(const bench_options& options, const std::vector<std::string>& only) {
   if (!can_write(options.json_out)) return 1;
   const std::string dir = self_dir();
@@ -221,11 +245,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
     return 1;
   }
   std::vector<std::string> missing;
-  std::vector<allocator> allocators = find_allocators(dir, missing);
-  if (!only.empty())
-    std::erase_if(allocators, [&](const allocator& a) {
-      return std::find(only.begin(), only.end(), a.name) == only.end();
-    });
+  const std::vector<allocator> allocators = chosen_allocators(dir, only, missing);
   const int reps = options.repetitions > 0 ? options.repetitions : (options.quick ? 3 : 5);
   const auto ws = workloads(options.quick);
 
