@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "malloc/fast_path.h"
 #include "malloc/free_tag.h"
 #include "malloc/reentrancy.h"
 
@@ -62,12 +63,14 @@ span* new_span(class_state& c, std::size_t cls) {
   const size_class_info& info = kClasses[cls];
   span* s = page_heap().allocate_span(info.pages, cls);
   if (s == nullptr) return nullptr;
-  // Every object starts tagged (free_tag.h): one not yet handed out reads as free, so free()
-  // of it stops the process without a per-object live map. This touches each page that holds
-  // an object's start (for a class whose span has several pages, more than carving one object
-  // would: at most one span per class is partly carved, 392 KiB over all classes).
-  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i)
-    set_free_tag(s->start() + static_cast<std::size_t>(i) * info.size);
+  // Every object starts with the span tag (free_tag.h): one not yet handed out reads as free,
+  // so a stray free of it is caught without a per-object live map. This touches each page that
+  // holds an object's start (for a class whose span has several pages, more than carving one
+  // object would: at most one span per class is partly carved, 392 KiB over all classes).
+  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i) {
+    char* p = s->start() + static_cast<std::size_t>(i) * info.size;
+    free_tag_word(p) = span_tag_of(p);
+  }
   push_front(c.nonempty, s);
   ++c.spans;
   c.free_in_spans += info.objects_per_span();
@@ -75,17 +78,25 @@ span* new_span(class_state& c, std::size_t cls) {
 }
 
 // One object out of span `s` (which has one): a freed one, else the next never-carved one.
+// Either must carry the span tag, checked before the free list's link in it is followed: an
+// object a stray free put in a cache while it was here may since have gone to a user.
 void* take_from(class_state& c, span* s, const size_class_info& info) {
-  void* p;
+  void* p = s->free_objects != nullptr
+                ? s->free_objects
+                : s->start() + static_cast<std::size_t>(s->carved) * info.size;
+  std::uint64_t& word = free_tag_word(p);
+  if (PERCPU_UNLIKELY(word != span_tag_of(p)))
+    slow::fatal(
+        "malloc(): an object free in its span has lost its free tag: freed while it "
+        "was free (double free, or a pointer that is not allocated), or overwritten",
+        p);
   if (s->free_objects != nullptr) {
-    p = s->free_objects;
     s->free_objects = *static_cast<void**>(p);
   } else {
-    p = s->start() + static_cast<std::size_t>(s->carved) * info.size;
     ++s->carved;
   }
   // Out of the span: live, and tagged as cached until the allocator hands it to a user.
-  set_free_tag(p);
+  word = cached_tag_of(p);
   ++s->allocated;
   --c.free_in_spans;
   if (s->free_objects == nullptr && s->carved == info.objects_per_span()) unlink(c.nonempty, s);
@@ -122,7 +133,28 @@ void take_batch(class_state& c, void** out, std::size_t n) {
   std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
 }
 
+// Stops the process unless every object of `s` (all of them back) carries the span tag: a stray
+// free can make a span's count reach 0 while a user still holds one of its objects.
+void check_all_free(const span* s, const size_class_info& info) {
+  char* p = s->start();
+  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i, p += info.size)
+    if (PERCPU_UNLIKELY(free_tag_word(p) != span_tag_of(p)))
+      slow::fatal(
+          "free(): a span emptied while one of its objects is not free: an earlier "
+          "double free, or a pointer that is not allocated was freed",
+          p);
+}
+
+// Returns cached object `p` to its span: it must carry the cached tag (a second copy of an
+// object, freed twice, carries the span tag by now or none), and gets the span tag.
 void give_back(class_state& c, void* p, const size_class_info& info, emptied_spans& emptied) {
+  std::uint64_t& word = free_tag_word(p);
+  if (PERCPU_UNLIKELY(word != cached_tag_of(p)))
+    slow::fatal(
+        "free(): double free, or a pointer that is not allocated (an object returned "
+        "to its span without its free tag)",
+        p);
+  word = span_tag_of(p);
   span* s = page_heap().span_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
   *static_cast<void**>(p) = s->free_objects;
@@ -131,6 +163,7 @@ void give_back(class_state& c, void* p, const size_class_info& info, emptied_spa
   ++c.free_in_spans;
   if (was_full) push_front(c.nonempty, s);
   if (s->allocated == 0) {  // every object is back: the pages go back to the page heap
+    check_all_free(s, info);
     unlink(c.nonempty, s);
     --c.spans;
     c.free_in_spans -= info.objects_per_span();

@@ -33,12 +33,13 @@ struct central_stats {
 };
 
 /// Takes up to `n` (at most kMaxBatch) free objects of class `cls` (1 .. kClassCount - 1) into
-/// `out`; returns how many, 0 only when out of memory. They come out live and tagged as cached
-/// (free_tag.h).
+/// `out`; returns how many, 0 only when out of memory. They come out live, with the cached tag
+/// (free_tag.h). An object taken from its span without the span tag stops the process.
 std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
 
-/// Gives back `n` (at most kMaxBatch) free objects of class `cls`, live and tagged as cached.
-/// Their first 8 bytes may be overwritten (the free list's link).
+/// Gives back `n` (at most kMaxBatch) free objects of class `cls`, live, with the cached tag
+/// (an object returned to its span without it stops the process). Their first 8 bytes may be
+/// overwritten (the free list's link).
 void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
 
 /// Returns half of class `cls`'s transfer-cache batches (rounded up) to their spans, so that

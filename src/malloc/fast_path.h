@@ -23,6 +23,10 @@ namespace slow {
 /// the fast path reaches it with a jump and needs no stack frame for a call.
 void free_fault(const char* what, const void* p) noexcept;
 
+/// fatal() for an object popped from a cache without its cached tag (free_tag.h). It never
+/// returns either; not declared noreturn, so that malloc's fast path reaches it with a jump.
+void* pop_fault(const void* p) noexcept;
+
 /// A small object of class `cls` when the cache's section did not commit; `fast_aborted` says
 /// the section aborted (counted in the statistics). NULL with ENOMEM when out of memory.
 void* allocate_small(std::size_t cls, bool fast_aborted) noexcept;
@@ -44,21 +48,14 @@ void deallocate_other(void* p, span* s) noexcept;
 
 }  // namespace slow
 
-/// True when a small object, whose tag word holds `word` and whose tag would be `tag`, is held by
-/// a user: every object not held by one carries its tag (free_tag.h), whether it is in a cache,
-/// on its span's free list or not yet handed out.
-inline bool held_by_user(std::uint64_t word, std::uint64_t tag) noexcept {
-  return word != tag;
-}
-
-/// The per-CPU cache's pop of an object of class `cls` for a user: on commit, `p` is the object
-/// with its free tag cleared (it is the user's now); otherwise why not (slow: empty, closed or
-/// outside the caches; aborted).
-__attribute__((always_inline)) inline arch::current_result pop_for_user(std::size_t cls,
-                                                                        void*& p) noexcept {
-  const arch::current_result r = cache_pop_fast(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) clear_free_tag(p);
-  return r;
+/// Hands `p`, just popped from a cache, to a user: true when it carried its cached tag (which is
+/// cleared: the object is the user's now); false when it did not (a double free or a stray
+/// free put it there: the caller stops the process with slow::pop_fault).
+__attribute__((always_inline)) inline bool take_for_user(void* p) noexcept {
+  std::uint64_t& word = free_tag_word(p);
+  if (PERCPU_UNLIKELY(word != span_object_cached_tag(p))) return false;
+  word = 0;
+  return true;
 }
 
 /// malloc(size): an object of the smallest class holding `size` bytes from the per-CPU cache,
@@ -73,8 +70,9 @@ __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) no
     if (PERCPU_UNLIKELY(cls == 0)) return slow::allocate_large_block(size);
   }
   void* p;
-  const arch::current_result r = pop_for_user(cls, p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) return p;
+  const arch::current_result r = cache_pop_fast(cls, p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed))
+    return PERCPU_LIKELY(take_for_user(p)) ? p : slow::pop_fault(p);
   return slow::allocate_small(cls, r == arch::current_result::aborted);
 }
 
@@ -88,14 +86,16 @@ __attribute__((always_inline)) inline void* allocate_cached(std::size_t size,
   aborted = false;
   if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return nullptr;
   void* p;
-  const arch::current_result r = pop_for_user(detail::small_class_of(size), p);
-  if (PERCPU_LIKELY(r == arch::current_result::committed)) return p;
+  const arch::current_result r = cache_pop_fast(detail::small_class_of(size), p);
+  if (PERCPU_LIKELY(r == arch::current_result::committed))
+    return PERCPU_LIKELY(take_for_user(p)) ? p : slow::pop_fault(p);
   aborted = r == arch::current_result::aborted;
   return nullptr;
 }
 
-/// free(p): a small object back onto the per-CPU cache after its checks (the start of an
-/// object, held by a user), else the slow paths. A fault stops the process (slow::fatal).
+/// free(p): a small object back onto the per-CPU cache after its check (the start of an object
+/// of a span), with its cached tag, else the slow paths. A fault found here stops the process
+/// (slow::fatal); a double free is found at the object's next pop or return to its span.
 __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
   // The pagemap entry names the size class and the object's place in its span: the checks and
   // the push need no load of the span. NULL reads as an entry of class 0 (page 0 never holds a
@@ -106,16 +106,9 @@ __attribute__((always_inline)) inline void deallocate_inline(void* p) noexcept {
   if (PERCPU_UNLIKELY(!is_object_start(cls, pagemap::entry::offset_in_span(e, p))))
     return slow::free_fault("free(): invalid pointer, inside an object or past its span's last one",
                             p);
-  // The tag means the object is not a user's: in a cache, on its span's free list, or never
-  // handed out (free_tag.h). Plain loads and stores, no atomic instruction: a double free is
-  // caught whenever the second free starts after the first has tagged the object (glibc's
-  // tcache check has the same reach); two frees of one object racing on two threads within
-  // these few instructions may both pass.
-  std::uint64_t& word = free_tag_word(p);
-  const std::uint64_t tag = span_object_tag_of(p);
-  if (PERCPU_UNLIKELY(!held_by_user(word, tag)))
-    return slow::free_fault("free(): double free, or a pointer that is not allocated", p);
-  word = tag;
+  // The cached tag, written without reading the word (free_tag.h): a double free or a stray
+  // pointer is caught where the object next leaves the caches, before it reaches a second user.
+  free_tag_word(p) = span_object_cached_tag(p);
   const arch::current_result r = cache_push_fast(cls, p);
   if (PERCPU_LIKELY(r == arch::current_result::committed)) return;
   slow::give_back_freed(p, r == arch::current_result::aborted);

@@ -1,13 +1,28 @@
-// The free tag: how percpu malloc tells an object a user holds from every other small object,
-// without looking anything up on the allocation fast path.
+// The free tags: how percpu malloc tells an object a user holds from every other small object,
+// and catches a double free or a stray pointer before an object is handed out twice, with no
+// load on free's fast path and no lookup on malloc's.
 //
-// Every small object that no user holds carries a tag in its second word: a per-process random
-// key mixed with its own address. A span's objects are tagged when the span is made (central.cpp),
-// an object keeps its tag in the caches (per-CPU or transfer) and on its span's free list, and
-// malloc() clears it, one store to the object the caller is about to use. free() stops the
-// process when the tag is present: a double free, or a pointer never handed out. (glibc's
-// tcache marks cached objects with a random key in the same way.) A user's data would have to
-// equal the 64-bit tag of its own address to be mistaken for a free object.
+// Every small object that no user holds carries one of two tags in its second word, each a
+// per-process random key mixed with the object's own address: the *cached* tag while it sits in
+// a per-CPU or transfer cache, the *span* tag while it is on its span's free list or not yet
+// handed out. Each move checks the tag the object must carry and writes the next:
+//   - free() writes the cached tag without reading the word (a store: a miss on a line another
+//     CPU wrote waits in the store buffer, where a load would stall the thread);
+//   - malloc() checks the cached tag on the object it pops and clears the word (the user's now);
+//     the object was pushed by this CPU's frees (its line warm) or came in a refill, which
+//     prefetches the batch;
+//   - the return of a cached object to its span checks the cached tag and writes the span tag;
+//   - taking an object from its span checks the span tag before its free-list link is followed,
+//     and writes the cached tag;
+//   - a span whose objects are all back is scanned for the span tag on each before its pages go.
+// A double free puts one object in the caches twice: the second pop (or return to its span)
+// finds the tag already cleared (or the span tag) and stops the process. A free of a pointer
+// never handed out, or of an object already back on its span, is found when its span next
+// hands it out or empties. So a fault is caught before its object reaches a second user, but no
+// longer at the free itself: a program that double-frees and then exits, never allocating that
+// size again, is not told. (glibc's tcache marks cached objects with a random key in the same
+// way and checks it at free.) A user's data would have to equal the 64-bit tag of its own
+// address to be mistaken for a free object.
 #pragma once
 
 #include <sys/auxv.h>
@@ -42,34 +57,33 @@ inline std::uint64_t tag_of(const void* p) noexcept {
 }
 }  // namespace detail_tag
 
-/// The word of `p` (an object of at least 16 bytes) that holds the tag, and the tag's value.
+/// The word of `p` (an object of at least 16 bytes) that holds the tag.
 inline std::uint64_t& free_tag_word(void* p) noexcept {
   return static_cast<std::uint64_t*>(p)[1];
 }
-inline std::uint64_t free_tag_of(const void* p) noexcept {
+
+/// The cached tag of `p`: the mark of an object in a per-CPU or transfer cache.
+inline std::uint64_t cached_tag_of(const void* p) noexcept {
   return detail_tag::tag_of(p);
 }
 
-/// The tag of `p`, an object of a span (whose making tagged every object, so the key is set
-/// already): no test of the key, and so no call, on free's fast path.
-inline std::uint64_t span_object_tag_of(const void* p) noexcept {
+/// The span tag of `p`: the mark of an object on its span's free list or never handed out
+/// (the cached tag inverted, so the two never match each other, nor 0).
+inline std::uint64_t span_tag_of(const void* p) noexcept {
+  return ~detail_tag::tag_of(p);
+}
+
+/// cached_tag_of() for `p`, an object of a span (whose making set the key already): no test
+/// of the key, and so no call, on the fast paths.
+inline std::uint64_t span_object_cached_tag(const void* p) noexcept {
   return __atomic_load_n(&detail_tag::g_key, __ATOMIC_RELAXED) ^
          reinterpret_cast<std::uintptr_t>(p);
 }
 
-/// Marks `p` (an object of at least 16 bytes) as cached.
-inline void set_free_tag(void* p) noexcept {
-  static_cast<std::uint64_t*>(p)[1] = detail_tag::tag_of(p);
-}
-
-/// Clears the mark as `p` goes to a user.
-inline void clear_free_tag(void* p) noexcept {
-  static_cast<std::uint64_t*>(p)[1] = 0;
-}
-
-/// True when `p` carries the cached mark.
-inline bool has_free_tag(const void* p) noexcept {
-  return static_cast<const std::uint64_t*>(p)[1] == detail_tag::tag_of(p);
+/// True when small object `p` is held by a user: its word carries neither tag.
+inline bool held_by_user(const void* p) noexcept {
+  const std::uint64_t word = static_cast<const std::uint64_t*>(p)[1];
+  return word != cached_tag_of(p) && word != span_tag_of(p);
 }
 
 }  // namespace percpu::malloc_impl

@@ -167,13 +167,19 @@ using MallocAllocatorDeathTest = ::testing::Test;
 
 TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // A double free puts the object in this CPU's cache twice (free writes its tag without
+  // reading it: free_tag.h): the pop that would hand it to a second user stops the process.
   EXPECT_DEATH(
       {
+        percpu::test::pinned on_one_cpu(sched_getcpu());
         void* p = allocate(64);
         deallocate(p);
         deallocate(p);
+        void* first = allocate(64);
+        void* second = allocate(64);
+        if (first == p && second == p) std::fprintf(stderr, "handed out twice\n");
       },
-      "percpu malloc: free\\(\\): double free");
+      "percpu malloc: malloc\\(\\): double free");
   EXPECT_DEATH(
       {
         void* p = allocate(64);
@@ -193,8 +199,9 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         deallocate(p);
       },
       "invalid pointer \\(in percpu malloc's free memory: already freed\\?\\)");
-  // The last object of a fresh span was never handed out (a batch carves far fewer): its free
-  // tag, written when the span was made, stops the free.
+  // The last object of a fresh span was never handed out (a batch carves far fewer): a free of
+  // it puts it in a cache, from which the next allocation takes it; the span's carving reaches
+  // it later and finds its span tag gone, before handing it to a second user.
   EXPECT_DEATH(
       {
         void* p = allocate(16);
@@ -202,8 +209,11 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         const auto& info = percpu::malloc_impl::kClasses[s->size_class];
         char* last = s->start() + (info.objects_per_span() - 1) * std::size_t{info.size};
         if (last != p) deallocate(last);
+        std::set<void*> held;
+        for (int i = 0; i < 4 << 20; ++i)
+          if (!held.insert(allocate(16)).second) std::fprintf(stderr, "handed out twice\n");
       },
-      "percpu malloc: free\\(\\): double free, or a pointer that is not allocated");
+      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag");
   // Past the last object of a span whose size leaves a tail (112 B in one page: 73 objects and
   // 16 bytes): the multiple of the size there is no object, and an object there would overlap
   // the next span.

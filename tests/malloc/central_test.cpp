@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 #include "malloc/central.h"
+#include "malloc/free_tag.h"
 
 namespace {
 
@@ -31,7 +32,9 @@ TEST(MallocCentral, ObjectsComeFromSpansOfTheirClassAndGoBack) {
       const auto offset = static_cast<std::uint64_t>(static_cast<char*>(p) - s->start());
       EXPECT_TRUE(is_object_start(cls, offset));
       EXPECT_FALSE(is_object_start(cls, offset + 8));  // interior
+      EXPECT_EQ(free_tag_word(p), cached_tag_of(p));   // out with the cached tag
       std::memset(p, 0x5a, info.size);
+      free_tag_word(p) = cached_tag_of(p);  // as free() writes it
     }
     central_insert(cls, objects.data(), n);
     EXPECT_EQ(central_stats_of(cls).spans, before.spans) << "class " << cls;
@@ -72,9 +75,11 @@ TEST(MallocCentral, ConcurrentBatchesNeverShareAnObject) {
           held.push_back(got[i]);
         }
         std::this_thread::yield();
-        for (void* p : held)
+        for (void* p : held) {
           if (static_cast<std::uint64_t*>(p)[1] != static_cast<std::uint64_t>(t + 1))
             shared.fetch_add(1);
+          free_tag_word(p) = cached_tag_of(p);  // as free() writes it
+        }
         central_insert(cls, held.data(), n);
         held.clear();
       }
@@ -84,6 +89,58 @@ TEST(MallocCentral, ConcurrentBatchesNeverShareAnObject) {
 }
 
 }  // namespace
+
+// Each move between the caches and the spans checks the object's tag (free_tag.h): an object
+// returned to its span twice, one overwritten while free in its span, and a span whose count
+// reaches 0 (a stray free counted twice) while a user holds one of its objects stop the process.
+namespace {
+
+// Every object of one span of class `cls`, all taken from the central lists (the span is full).
+std::vector<void*> whole_span(std::size_t cls) {
+  const size_class_info& info = kClasses[cls];
+  std::vector<void*> all(4 * info.objects_per_span());
+  const std::size_t n = central_remove(cls, all.data(), all.size());
+  const span* s = page_heap().span_of(all[n - 1]);
+  std::vector<void*> mine;
+  for (std::size_t i = 0; i < n; ++i)
+    if (page_heap().span_of(all[i]) == s) mine.push_back(all[i]);
+  if (mine.size() != info.objects_per_span() || s->allocated != mine.size()) std::abort();
+  return mine;
+}
+
+}  // namespace
+
+TEST(MallocCentralDeathTest, MovesCheckTheFreeTags) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::size_t cls = size_class_of(4096);
+  EXPECT_DEATH(
+      {
+        std::vector<void*> mine = whole_span(cls);
+        central_insert(cls, &mine[0], 1);
+        central_insert(cls, &mine[0], 1);
+      },
+      "percpu malloc: free\\(\\): double free, or a pointer that is not allocated \\(an object "
+      "returned to its span");
+  EXPECT_DEATH(
+      {
+        std::vector<void*> mine = whole_span(cls);
+        central_insert(cls, &mine[0], 1);  // its span, full before, is first in the list now
+        std::memset(mine[0], 0x5a, 16);    // a write after free
+        void* again = nullptr;
+        central_remove(cls, &again, 1);
+      },
+      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag");
+  EXPECT_DEATH(
+      {
+        // All back but one, which a user holds; then a stray free of one already back.
+        std::vector<void*> mine = whole_span(cls);
+        for (std::size_t i = 1; i < mine.size(); ++i) central_insert(cls, &mine[i], 1);
+        std::memset(mine[0], 0, 16);
+        free_tag_word(mine[1]) = cached_tag_of(mine[1]);  // free() of it again
+        central_insert(cls, &mine[1], 1);
+      },
+      "percpu malloc: free\\(\\): a span emptied while one of its objects is not free");
+}
 
 TEST(MallocCentral, TransferCachesDecayByHalfAPass) {
   constexpr std::size_t cls = 20;
