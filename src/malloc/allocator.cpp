@@ -44,13 +44,16 @@ class nested {
 
 [[noreturn]] __attribute__((noinline, cold)) void slow::fatal(const char* what,
                                                               const void* p) noexcept {
-  char line[160];
+  char line[512];
   std::size_t n = 0;
-  auto put = [&](const char* s) {
-    while (*s != '\0' && n < sizeof line - 1) line[n++] = *s++;
+  // The message may take all but the room the pointer's part needs: " (0x" 16 digits ")\n".
+  constexpr std::size_t kTail = 4 + 16 + 2;
+  auto put_upto = [&](const char* s, std::size_t end) {
+    while (*s != '\0' && n < end) line[n++] = *s++;
   };
+  auto put = [&](const char* s) { put_upto(s, sizeof line); };
   put("percpu malloc: ");
-  put(what);
+  put_upto(what, sizeof line - kTail);
   put(" (0x");
   char hex[17];
   auto v = reinterpret_cast<std::uintptr_t>(p);

@@ -6,9 +6,11 @@
 // batches through the transfer caches and central free lists; larger ones are spans of the page
 // heap. Faults (a double free, an interior pointer, a pointer into percpu malloc's memory that
 // is not a live block) stop the process with a message naming the fault and the pointer, as
-// glibc does. A pointer outside percpu malloc's memory (another allocator's block, e.g. from a
-// library loaded with RTLD_DEEPBIND that calls libc's malloc) goes to the foreign allocator when
-// one is set (set_foreign_allocator), and stops the process otherwise.
+// glibc does: at the call for an interior or foreign pointer and a large block; for a double
+// or stray free of a small object, where the object next leaves a cache or its span, before it
+// reaches a second user (free_tag.h). A pointer outside percpu malloc's memory (another allocator's
+// block, e.g. from a library loaded with RTLD_DEEPBIND that calls libc's malloc) goes to the
+// foreign allocator when one is set (set_foreign_allocator), and stops the process otherwise.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +30,7 @@ void* allocate_zeroed(std::size_t count, std::size_t size) noexcept;
 /// realloc(3): grows or shrinks `p` to `size` bytes, keeping the contents up to the smaller
 /// size; in place when the object already has room and would not waste more than half of it.
 /// realloc(p, 0) frees `p` and returns nullptr (glibc's behaviour); on failure `p` is intact.
-/// A `p` that is not allocated (freed, or never returned) stops the process, as free() does.
+/// A `p` that is not allocated (freed, or never returned) stops the process at this call.
 void* reallocate(void* p, std::size_t size) noexcept;
 
 /// memalign(3)/aligned_alloc(3): `size` bytes aligned on `alignment` (a power of two; smaller

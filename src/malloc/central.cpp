@@ -87,8 +87,8 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
   std::uint64_t& word = free_tag_word(p);
   if (PERCPU_UNLIKELY(word != span_tag_of(p)))
     slow::fatal(
-        "malloc(): an object free in its span has lost its free tag: freed while it "
-        "was free (double free, or a pointer that is not allocated), or overwritten",
+        "malloc(): an object free in its span has lost its free tag (a double free, a "
+        "free of a pointer not allocated, or a write after free)",
         p);
   if (s->free_objects != nullptr) {
     s->free_objects = *static_cast<void**>(p);
@@ -140,22 +140,30 @@ void check_all_free(const span* s, const size_class_info& info) {
   for (std::uint32_t i = 0; i < info.objects_per_span(); ++i, p += info.size)
     if (PERCPU_UNLIKELY(free_tag_word(p) != span_tag_of(p)))
       slow::fatal(
-          "free(): a span emptied while one of its objects is not free: an earlier "
-          "double free, or a pointer that is not allocated was freed",
+          "free(): a span emptied while this object of it is not free (an earlier double "
+          "free, or a free of a pointer not allocated, of one of its objects)",
           p);
 }
 
 // Returns cached object `p` to its span: it must carry the cached tag (a second copy of an
 // object, freed twice, carries the span tag by now or none), and gets the span tag.
-void give_back(class_state& c, void* p, const size_class_info& info, emptied_spans& emptied) {
+void give_back(class_state& c, std::size_t cls, void* p, const size_class_info& info,
+               emptied_spans& emptied) {
   std::uint64_t& word = free_tag_word(p);
   if (PERCPU_UNLIKELY(word != cached_tag_of(p)))
     slow::fatal(
         "free(): double free, or a pointer that is not allocated (an object returned "
         "to its span without its free tag)",
         p);
-  word = span_tag_of(p);
   span* s = page_heap().span_of(p);
+  // A stale copy of an object whose span has gone (and whose pages hold another class's
+  // objects now) must not be linked into that span under this class's lock.
+  if (PERCPU_UNLIKELY(s == nullptr || s->kind != span::state::small || s->size_class != cls))
+    slow::fatal(
+        "free(): double free, or a pointer that is not allocated (a cached object whose "
+        "span is gone)",
+        p);
+  word = span_tag_of(p);
   const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
   *static_cast<void**>(p) = s->free_objects;
   s->free_objects = p;
@@ -218,8 +226,8 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
     }
   }
   locked l(c.span_lock);
-  for (std::size_t i = 0; i < n_cached; ++i) give_back(c, cached[i], info, emptied);
-  for (std::size_t i = 0; i < n; ++i) give_back(c, objects[i], info, emptied);
+  for (std::size_t i = 0; i < n_cached; ++i) give_back(c, cls, cached[i], info, emptied);
+  for (std::size_t i = 0; i < n; ++i) give_back(c, cls, objects[i], info, emptied);
 }
 
 std::size_t central_release_transfer(std::size_t cls) noexcept {
@@ -241,7 +249,7 @@ std::size_t central_release_transfer(std::size_t cls) noexcept {
     }
     emptied_spans emptied;  // freed after the span lock is released
     locked l(c.span_lock);
-    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, batch[i], info, emptied);
+    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, cls, batch[i], info, emptied);
     moved += info.batch;
   }
   return moved;

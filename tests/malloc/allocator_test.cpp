@@ -213,7 +213,8 @@ TEST(MallocAllocatorDeathTest, FaultsStopTheProcessNamingThem) {
         for (int i = 0; i < 4 << 20; ++i)
           if (!held.insert(allocate(16)).second) std::fprintf(stderr, "handed out twice\n");
       },
-      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag");
+      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag \\(.*\\) "
+      "\\(0x[0-9a-f]+\\)");
   // Past the last object of a span whose size leaves a tail (112 B in one page: 73 objects and
   // 16 bytes): the multiple of the size there is no object, and an object there would overlap
   // the next span.

@@ -91,8 +91,9 @@ TEST(MallocCentral, ConcurrentBatchesNeverShareAnObject) {
 }  // namespace
 
 // Each move between the caches and the spans checks the object's tag (free_tag.h): an object
-// returned to its span twice, one overwritten while free in its span, and a span whose count
-// reaches 0 (a stray free counted twice) while a user holds one of its objects stop the process.
+// returned to its span twice, one overwritten while free in its span, a span whose count
+// reaches 0 (a stray free counted twice) while a user holds one of its objects, and an object
+// returned to a span of another class stop the process, naming it.
 namespace {
 
 // Every object of one span of class `cls`, all taken from the central lists (the span is full).
@@ -129,7 +130,8 @@ TEST(MallocCentralDeathTest, MovesCheckTheFreeTags) {
         void* again = nullptr;
         central_remove(cls, &again, 1);
       },
-      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag");
+      "percpu malloc: malloc\\(\\): an object free in its span has lost its free tag \\(.*\\) "
+      "\\(0x[0-9a-f]+\\)");
   EXPECT_DEATH(
       {
         // All back but one, which a user holds; then a stray free of one already back.
@@ -139,7 +141,18 @@ TEST(MallocCentralDeathTest, MovesCheckTheFreeTags) {
         free_tag_word(mine[1]) = cached_tag_of(mine[1]);  // free() of it again
         central_insert(cls, &mine[1], 1);
       },
-      "percpu malloc: free\\(\\): a span emptied while one of its objects is not free");
+      "percpu malloc: free\\(\\): a span emptied while this object of it is not free \\(.*\\) "
+      "\\(0x[0-9a-f]+\\)");
+  // A stale copy of an object (its span gone, its pages another class's now) is not linked
+  // into the other class's span.
+  EXPECT_DEATH(
+      {
+        void* p = nullptr;
+        if (central_remove(size_class_of(1024), &p, 1) != 1) std::abort();
+        central_insert(cls, &p, 1);
+      },
+      "percpu malloc: free\\(\\): double free, or a pointer that is not allocated \\(a cached "
+      "object whose span is gone\\) \\(0x[0-9a-f]+\\)");
 }
 
 TEST(MallocCentral, TransferCachesDecayByHalfAPass) {
