@@ -103,16 +103,37 @@ void* take_from(class_state& c, span* s, const size_class_info& info) {
   return p;
 }
 
-// Spans emptied under a class's lock, freed to the page heap once it is released: the page
-// heap's work (coalescing, and the release of memory beyond its bound, which may take
-// milliseconds) holds no class's lock.
+// Stops the process unless every object of `s` (all of them back) carries the span tag: a stray
+// free can make a span's count reach 0 while a user still holds one of its objects.
+void check_all_free(const span* s) {
+  const size_class_info& info = kClasses[s->size_class];
+  char* p = s->start();
+  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i, p += info.size)
+    if (PERCPU_UNLIKELY(free_tag_word(p) != span_tag_of(p)))
+      slow::fatal(
+          "free(): a span emptied while this object of it is not free (an earlier double "
+          "free, or a free of a pointer not allocated, of one of its objects)",
+          p);
+}
+
+// Frees emptied span `s` to the page heap after check_all_free(), both outside the class's span
+// lock when the caller can (emptied_spans): the span is off the class's lists, so no one else
+// reaches its objects through it.
+void release_emptied(span* s) {
+  check_all_free(s);
+  page_heap().free_span(s);
+}
+
+// Spans emptied under a class's lock, checked and freed to the page heap once it is released:
+// the scan of each object's tag (check_all_free) and the page heap's work (coalescing, and the
+// release of memory beyond its bound, which may take milliseconds) hold no class's lock.
 class emptied_spans {
  public:
   emptied_spans() = default;
   emptied_spans(const emptied_spans&) = delete;
   emptied_spans& operator=(const emptied_spans&) = delete;
   ~emptied_spans() {
-    for (std::size_t i = 0; i < n_; ++i) page_heap().free_span(spans_[i]);
+    for (std::size_t i = 0; i < n_; ++i) release_emptied(spans_[i]);
   }
   /// Keeps `s` for the destructor; false (keeping nothing) when full.
   bool add(span* s) {
@@ -131,18 +152,6 @@ class emptied_spans {
 void take_batch(class_state& c, void** out, std::size_t n) {
   --c.batches;
   std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
-}
-
-// Stops the process unless every object of `s` (all of them back) carries the span tag: a stray
-// free can make a span's count reach 0 while a user still holds one of its objects.
-void check_all_free(const span* s, const size_class_info& info) {
-  char* p = s->start();
-  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i, p += info.size)
-    if (PERCPU_UNLIKELY(free_tag_word(p) != span_tag_of(p)))
-      slow::fatal(
-          "free(): a span emptied while this object of it is not free (an earlier double "
-          "free, or a free of a pointer not allocated, of one of its objects)",
-          p);
 }
 
 // Returns cached object `p` to its span: it must carry the cached tag (a second copy of an
@@ -171,11 +180,10 @@ void give_back(class_state& c, std::size_t cls, void* p, const size_class_info& 
   ++c.free_in_spans;
   if (was_full) push_front(c.nonempty, s);
   if (s->allocated == 0) {  // every object is back: the pages go back to the page heap
-    check_all_free(s, info);
     unlink(c.nonempty, s);
     --c.spans;
     c.free_in_spans -= info.objects_per_span();
-    if (!emptied.add(s)) page_heap().free_span(s);
+    if (!emptied.add(s)) release_emptied(s);
   }
 }
 
