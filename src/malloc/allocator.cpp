@@ -128,9 +128,12 @@ void free_deferred() noexcept {
 
 // A batch from the central lists: one object for the caller, the rest onto this index's stack.
 void* refill(std::size_t cls) noexcept {
-  count_refill(cls);
   maybe_maintain();
-  cache_note_miss(cls);  // an empty stack: let it hold more, budget permitting
+  // An empty stack: counted on its index (the statistics' refills), and let it hold more, budget
+  // permitting.
+  bool counted;
+  cache_note_miss(cls, &counted);
+  if (!counted) count_refill_outside(cls);
   void* batch[kMaxBatch];
   const std::size_t n = central_remove(cls, batch, kClasses[cls].batch);
   if (n == 0) return nullptr;

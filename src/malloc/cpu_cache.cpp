@@ -79,6 +79,17 @@ std::size_t usable_capacity(int index, std::size_t cls) noexcept {
   return cap < cache_max_capacity(cls) ? cap : cache_max_capacity(cls);
 }
 
+// Adds 1 to header word `word` of the calling thread's index in one rseq commit (percpu::add:
+// a locked add costs 15 ns on some of our CPUs, and a counter shared by every CPU moves its line
+// between them at each event); false, counting nothing, when the thread is outside the caches.
+bool count_on_index(std::size_t word) noexcept {
+  const int indices = g_indices.load(std::memory_order_relaxed);
+  return percpu::retry<kMode>([&](int index) {
+           if (index < 0 || index >= indices) return percpu::status::compare_failed;
+           return percpu::add<kMode>(header_of(index) + word, 1, index);
+         }) == percpu::status::committed;
+}
+
 // Lowers `cls`'s capacity on `index` from `cap` to `to`, returning the bytes to the budget;
 // false when another thread changed it first.
 bool lower_capacity(int index, std::size_t cls, std::intptr_t cap, std::intptr_t to) noexcept {
@@ -173,11 +184,16 @@ int cache_index_now() noexcept {
 
 }  // namespace
 
-bool cache_note_miss(std::size_t cls) noexcept {
-  const int index = cache_index_now();
-  if (index < 0) return false;
-  __atomic_fetch_add(&header_of(index)[cache_layout::kMissWord + cls], 1, __ATOMIC_RELAXED);
-  return grow_capacity(index, cls);
+bool cache_note_miss(std::size_t cls, bool* counted) noexcept {
+  const bool c = count_on_index(cache_layout::kMissWord + cls);
+  if (counted != nullptr) *counted = c;
+  if (!c) return false;
+  const int index = cache_index_now();  // maybe another index by now: it grows there
+  return index >= 0 && grow_capacity(index, cls);
+}
+
+bool cache_note_flush(std::size_t cls) noexcept {
+  return count_on_index(cache_layout::kFlushWord + cls);
 }
 
 overflow_action cache_note_overflow(std::size_t cls) noexcept {
@@ -190,8 +206,11 @@ overflow_action cache_note_overflow(std::size_t cls) noexcept {
   if (cap < batch) return grow_capacity(index, cls) ? overflow_action::grew : overflow_action::none;
   std::intptr_t* h = header_of(index);
   const std::intptr_t misses = __atomic_load_n(&h[cache_layout::kMissWord + cls], __ATOMIC_RELAXED);
+  // A load and a store, not an exchange (a locked instruction): a thread that shares the index
+  // and overflows at the same moment changes no more than which of the two grows the capacity.
   const std::intptr_t seen =
-      __atomic_exchange_n(&h[cache_layout::kOverflowMissWord + cls], misses, __ATOMIC_RELAXED);
+      __atomic_load_n(&h[cache_layout::kOverflowMissWord + cls], __ATOMIC_RELAXED);
+  __atomic_store_n(&h[cache_layout::kOverflowMissWord + cls], misses, __ATOMIC_RELAXED);
   if (misses != seen)
     return grow_capacity(index, cls) ? overflow_action::grew : overflow_action::none;
   if (cap <= batch || !lower_capacity(index, cls, cap, cap - batch)) return overflow_action::none;
@@ -354,6 +373,28 @@ std::size_t cache_shrink_unused(int index) noexcept {
     moved += static_cast<std::size_t>(m);
   }
   return moved;
+}
+
+namespace {
+
+// The sum of header word `word` over every index whose header page is resident.
+std::size_t sum_over_indices(std::size_t word) noexcept {
+  std::size_t n = 0;
+  for (int i = 0; i < cache_indices(); ++i) {
+    std::intptr_t* h = header_of(i);
+    if (resident(h)) n += static_cast<std::size_t>(__atomic_load_n(h + word, __ATOMIC_RELAXED));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::size_t cache_misses(std::size_t cls) noexcept {
+  return sum_over_indices(cache_layout::kMissWord + cls);
+}
+
+std::size_t cache_flushes(std::size_t cls) noexcept {
+  return sum_over_indices(cache_layout::kFlushWord + cls);
 }
 
 }  // namespace percpu::malloc_impl

@@ -53,14 +53,17 @@ inline constexpr std::size_t kDefaultCacheBudget = 3u << 20;
 namespace cache_layout {
 
 /// An index's region starts with a header of words: each class's current capacity (0: not set
-/// yet; the fast push then always declines), its misses, its misses at the last maintenance
-/// pass and at the last overflow, and the bytes the capacities commit (sum of capacity x size).
+/// yet; the fast push then always declines), its misses (refills), its misses at the last
+/// maintenance pass and at the last overflow, its flushes, and the bytes the capacities commit
+/// (sum of capacity x size). The counts are added with rseq commits on the index's own lines
+/// (no locked instruction, no line shared between CPUs).
 inline constexpr std::size_t kCapWord = 0;
 inline constexpr std::size_t kMissWord = kClassCount;
 inline constexpr std::size_t kSeenMissWord = 2 * kClassCount;
 inline constexpr std::size_t kOverflowMissWord = 3 * kClassCount;
-inline constexpr std::size_t kCommittedWord = 4 * kClassCount;
-inline constexpr std::size_t kHeaderWords = (4 * kClassCount + 1 + 7) / 8 * 8;
+inline constexpr std::size_t kFlushWord = 4 * kClassCount;
+inline constexpr std::size_t kCommittedWord = 5 * kClassCount;
+inline constexpr std::size_t kHeaderWords = (5 * kClassCount + 1 + 7) / 8 * 8;
 
 /// Word offset of each class's stack (count, then entries) inside an index's region.
 constexpr std::array<std::size_t, kClassCount + 1> make_offsets() {
@@ -157,10 +160,19 @@ void* cache_pop(std::size_t cls) noexcept;
 /// or more.
 bool cache_push(std::size_t cls, void* p) noexcept;
 
-/// Records a miss of `cls` on the calling thread's index (its stack was empty on allocation),
-/// and grows that capacity by one batch, up to cache_max_capacity(), when the index's budget
-/// allows. Returns true when it grew.
-bool cache_note_miss(std::size_t cls) noexcept;
+/// Records a miss of `cls` on the calling thread's index (its stack was empty on allocation: a
+/// refill follows), and grows that capacity by one batch, up to cache_max_capacity(), when the
+/// index's budget allows. Returns true when it grew. `counted`, when given, is set to whether
+/// the miss was counted: false when the thread is outside the caches (nothing done).
+bool cache_note_miss(std::size_t cls, bool* counted = nullptr) noexcept;
+
+/// Counts a flush of `cls` (a batch to the central lists) on the calling thread's index; false,
+/// counting nothing, when the thread is outside the caches.
+bool cache_note_flush(std::size_t cls) noexcept;
+
+/// The misses (refills) and flushes of `cls` counted over every index.
+std::size_t cache_misses(std::size_t cls) noexcept;
+std::size_t cache_flushes(std::size_t cls) noexcept;
 
 /// What cache_note_overflow() did to the capacity.
 enum class overflow_action { none, grew, lowered };

@@ -17,6 +17,8 @@
 namespace percpu::malloc_impl {
 namespace {
 
+// Refills and flushes of threads outside the per-CPU caches (the rest are counted on the
+// caches' indices: cache_note_miss, cache_note_flush).
 std::atomic<std::size_t> g_refills[kClassCount];
 std::atomic<std::size_t> g_flushes[kClassCount];
 std::atomic<std::size_t> g_leaked_frees;
@@ -49,7 +51,7 @@ void put(int fd, const char* format, Args... args) noexcept {
 
 }  // namespace
 
-void count_refill(std::size_t cls) noexcept {
+void count_refill_outside(std::size_t cls) noexcept {
   g_refills[cls].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -58,7 +60,7 @@ void count_leaked_free() noexcept {
 }
 
 void count_flush(std::size_t cls) noexcept {
-  g_flushes[cls].fetch_add(1, std::memory_order_relaxed);
+  if (!cache_note_flush(cls)) g_flushes[cls].fetch_add(1, std::memory_order_relaxed);
 }
 
 void collect_stats(malloc_stats& out) noexcept {
@@ -72,8 +74,8 @@ void collect_stats(malloc_stats& out) noexcept {
     k.free_in_spans = cs.free_in_spans;
     k.transfer_objects = cs.transfer_objects;
     k.cached_objects = cache_count(c);
-    k.refills = g_refills[c].load(std::memory_order_relaxed);
-    k.flushes = g_flushes[c].load(std::memory_order_relaxed);
+    k.refills = cache_misses(c) + g_refills[c].load(std::memory_order_relaxed);
+    k.flushes = cache_flushes(c) + g_flushes[c].load(std::memory_order_relaxed);
     k.capacity = 0;
     for (int i = 0; i < cache_indices(); ++i) k.capacity += cache_capacity_of(i, c);
   }

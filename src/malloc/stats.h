@@ -34,8 +34,10 @@ struct malloc_stats {
   std::size_t leaked_frees = 0;      ///< frees in signal handlers that could not be completed
 };
 
-/// Counts one refill or flush of class `cls` (slow paths of the allocator).
-void count_refill(std::size_t cls) noexcept;
+/// Counts a refill of class `cls` by a thread outside the per-CPU caches (the caches count
+/// their own refills: cache_note_miss).
+void count_refill_outside(std::size_t cls) noexcept;
+/// Counts a flush of class `cls` (on the calling thread's cache index, else globally).
 void count_flush(std::size_t cls) noexcept;
 /// Counts a free a signal handler could not complete nor defer (reentrancy.h): its object stays
 /// allocated.
