@@ -13,11 +13,11 @@ namespace percpu::malloc_impl {
 namespace {
 
 // Two locks a class: one for the transfer cache (held for a copy of one batch of pointers), one
-// for the spans (held while objects are taken from them or linked back, each object a likely
-// cache miss): a thread filling its cache from the spans does not hold up the threads moving
-// batches through the transfer cache (original xmalloc-test spent a third of central_remove
-// waiting for the class's one lock). No code holds both, except the fork handlers and the
-// statistics, which take the transfer lock first.
+// for the spans (held while objects are taken from their spans' bitmaps or set back in them; the
+// objects' tags, a likely miss each, are checked outside it): a thread filling its cache from the
+// spans does not hold up the threads moving batches through the transfer cache (original
+// xmalloc-test spent a third of central_remove waiting for the class's one lock). No code holds
+// both, except the fork handlers and the statistics, which take the transfer lock first.
 struct class_state {
   // Guarded by transfer_lock:
   pthread_mutex_t transfer_lock;  // all-zero is PTHREAD_MUTEX_INITIALIZER on glibc
@@ -28,7 +28,7 @@ struct class_state {
   void* transfer[kTransferBatches][kMaxBatch];
   // Guarded by span_lock (32 KiB from transfer_lock: the two never share a cache line):
   alignas(64) pthread_mutex_t span_lock;
-  span* nonempty;  // spans with free or never-carved objects, doubly linked
+  span* nonempty;  // spans with free objects, doubly linked
   std::size_t spans;
   std::size_t free_in_spans;
 };
@@ -58,6 +58,14 @@ void unlink(span*& list, span* s) {
   s->prev = s->next = nullptr;
 }
 
+static_assert(
+    [] {
+      for (std::size_t c = 1; c < kClassCount; ++c)
+        if (kClasses[c].objects_per_span() > kSpanMapWords * 64) return false;
+      return true;
+    }(),
+    "a span's free-object bitmap (span::free_map) holds every object of its class");
+
 // A new span carved into objects of `cls`, on the nonempty list; nullptr without memory.
 span* new_span(class_state& c, std::size_t cls) {
   const size_class_info& info = kClasses[cls];
@@ -66,41 +74,61 @@ span* new_span(class_state& c, std::size_t cls) {
   // Every object starts with the span tag (free_tag.h): one not yet handed out reads as free,
   // so a stray free of it is caught without a per-object live map. This touches each page that
   // holds an object's start (for a class whose span has several pages, more than carving one
-  // object would: at most one span per class is partly carved, 392 KiB over all classes).
-  for (std::uint32_t i = 0; i < info.objects_per_span(); ++i) {
+  // object would: at most one span per class is partly used, 392 KiB over all classes).
+  const std::uint32_t objects = info.objects_per_span();
+  for (std::uint32_t i = 0; i < objects; ++i) {
     char* p = s->start() + static_cast<std::size_t>(i) * info.size;
     free_tag_word(p) = span_tag_of(p);
   }
+  for (std::uint32_t w = 0; w < kSpanMapWords; ++w) {
+    const std::uint32_t first = w * 64;
+    s->free_map[w] = objects >= first + 64 ? ~std::uint64_t{0}
+                     : objects > first     ? (std::uint64_t{1} << (objects - first)) - 1
+                                           : 0;
+  }
   push_front(c.nonempty, s);
   ++c.spans;
-  c.free_in_spans += info.objects_per_span();
+  c.free_in_spans += objects;
   return s;
 }
 
-// One object out of span `s` (which has one): a freed one, else the next never-carved one.
-// Either must carry the span tag, checked before the free list's link in it is followed: an
-// object a stray free put in a cache while it was here may since have gone to a user.
-void* take_from(class_state& c, span* s, const size_class_info& info) {
-  void* p = s->free_objects != nullptr
-                ? s->free_objects
-                : s->start() + static_cast<std::size_t>(s->carved) * info.size;
-  std::uint64_t& word = free_tag_word(p);
-  if (PERCPU_UNLIKELY(word != span_tag_of(p)))
-    slow::fatal(
-        "malloc(): an object free in its span has lost its free tag (a double free, a "
-        "free of a pointer not allocated, or a write after free)",
-        p);
-  if (s->free_objects != nullptr) {
-    s->free_objects = *static_cast<void**>(p);
-  } else {
-    ++s->carved;
+// Takes up to `n` free objects of span `s` (which has one) into `out`, lowest addresses first,
+// under the class's span lock; returns how many. Reads only the span's bitmap: the objects'
+// span tags are checked by the caller once the lock is released (check_taken).
+std::size_t take_from(class_state& c, span* s, const size_class_info& info, void** out,
+                      std::size_t n) {
+  std::size_t got = 0;
+  char* const base = s->start();
+  for (std::size_t w = 0; w < kSpanMapWords && got < n; ++w) {
+    std::uint64_t bits = s->free_map[w];
+    while (bits != 0 && got < n) {
+      const std::size_t i = w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
+      bits &= bits - 1;
+      out[got++] = base + i * info.size;
+    }
+    s->free_map[w] = bits;
   }
-  // Out of the span: live, and tagged as cached until the allocator hands it to a user.
-  word = cached_tag_of(p);
-  ++s->allocated;
-  --c.free_in_spans;
-  if (s->free_objects == nullptr && s->carved == info.objects_per_span()) unlink(c.nonempty, s);
-  return p;
+  s->allocated += static_cast<std::uint32_t>(got);
+  c.free_in_spans -= got;
+  if (s->allocated == info.objects_per_span()) unlink(c.nonempty, s);
+  return got;
+}
+
+// Objects just taken from their spans must carry the span tag (an object a stray free put in a
+// cache while it was free in its span may since have gone to a user), and get the cached tag:
+// live until the allocator hands them to a user. Outside the span lock: the loads, one likely
+// miss each, are independent and overlap.
+void check_taken(void* const* objects, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    void* p = objects[i];
+    std::uint64_t& word = free_tag_word(p);
+    if (PERCPU_UNLIKELY(word != span_tag_of(p)))
+      slow::fatal(
+          "malloc(): an object free in its span has lost its free tag (a double free, a "
+          "free of a pointer not allocated, or a write after free)",
+          p);
+    word = cached_tag_of(p);
+  }
 }
 
 // Stops the process unless every object of `s` (all of them back) carries the span tag: a stray
@@ -154,10 +182,18 @@ void take_batch(class_state& c, void** out, std::size_t n) {
   std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
 }
 
-// Returns cached object `p` to its span: it must carry the cached tag (a second copy of an
-// object, freed twice, carries the span tag by now or none), and gets the span tag.
-void give_back(class_state& c, std::size_t cls, void* p, const size_class_info& info,
-               emptied_spans& emptied) {
+// A cached object on its way back to its span, checked and tagged before the span lock is
+// taken (prepare), linked under it (give_back).
+struct returning {
+  void* p;
+  span* s;
+  std::uint32_t index;  // the object's place in its span
+};
+
+// Checks cached object `p` for the cached tag (a second copy of an object freed
+// twice carries the span tag by now, or none) and gives it the span tag: outside the span
+// lock, so that its likely miss holds no lock.
+returning prepare(void* p, const size_class_info& info) {
   std::uint64_t& word = free_tag_word(p);
   if (PERCPU_UNLIKELY(word != cached_tag_of(p)))
     slow::fatal(
@@ -165,17 +201,34 @@ void give_back(class_state& c, std::size_t cls, void* p, const size_class_info& 
         "to its span without its free tag)",
         p);
   span* s = page_heap().span_of(p);
-  // A stale copy of an object whose span has gone (and whose pages hold another class's
-  // objects now) must not be linked into that span under this class's lock.
-  if (PERCPU_UNLIKELY(s == nullptr || s->kind != span::state::small || s->size_class != cls))
+  if (PERCPU_UNLIKELY(s == nullptr))
     slow::fatal(
         "free(): double free, or a pointer that is not allocated (a cached object whose "
         "span is gone)",
         p);
   word = span_tag_of(p);
-  const bool was_full = s->free_objects == nullptr && s->carved == info.objects_per_span();
-  *static_cast<void**>(p) = s->free_objects;
-  s->free_objects = p;
+  const auto offset = static_cast<std::size_t>(static_cast<char*>(p) - s->start());
+  return returning{p, s, static_cast<std::uint32_t>(offset / info.size)};
+}
+
+// Links prepared object `r` back into its span, under the class's span lock: its bit must be
+// clear (set: the object is free in the span already, returned twice).
+void give_back(class_state& c, std::size_t cls, const returning& r, const size_class_info& info,
+               emptied_spans& emptied) {
+  span* s = r.s;
+  // A stale copy of an object whose span has gone (and whose pages hold another class's
+  // objects now) must not be linked into that span under this class's lock.
+  if (PERCPU_UNLIKELY(s->kind != span::state::small || s->size_class != cls))
+    slow::fatal(
+        "free(): double free, or a pointer that is not allocated (a cached object whose "
+        "span is gone)",
+        r.p);
+  std::uint64_t& w = s->free_map[r.index / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (r.index % 64);
+  if (PERCPU_UNLIKELY((w & bit) != 0))
+    slow::fatal("free(): double free (an object returned to its span twice)", r.p);
+  const bool was_full = s->allocated == info.objects_per_span();
+  w |= bit;
   --s->allocated;
   ++c.free_in_spans;
   if (was_full) push_front(c.nonempty, s);
@@ -200,13 +253,16 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept 
       return n;
     }
   }
-  locked l(c.span_lock);
   std::size_t got = 0;
-  while (got < n) {
-    span* s = c.nonempty != nullptr ? c.nonempty : new_span(c, cls);
-    if (s == nullptr) break;
-    out[got++] = take_from(c, s, info);
+  {
+    locked l(c.span_lock);
+    while (got < n) {
+      span* s = c.nonempty != nullptr ? c.nonempty : new_span(c, cls);
+      if (s == nullptr) break;
+      got += take_from(c, s, info, out + got, n - got);
+    }
   }
+  check_taken(out, got);
   return got;
 }
 
@@ -233,9 +289,11 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
       n_cached = n;
     }
   }
+  returning r[2 * kMaxBatch];
+  for (std::size_t i = 0; i < n_cached; ++i) r[i] = prepare(cached[i], info);
+  for (std::size_t i = 0; i < n; ++i) r[n_cached + i] = prepare(objects[i], info);
   locked l(c.span_lock);
-  for (std::size_t i = 0; i < n_cached; ++i) give_back(c, cls, cached[i], info, emptied);
-  for (std::size_t i = 0; i < n; ++i) give_back(c, cls, objects[i], info, emptied);
+  for (std::size_t i = 0; i < n_cached + n; ++i) give_back(c, cls, r[i], info, emptied);
 }
 
 std::size_t central_release_transfer(std::size_t cls) noexcept {
@@ -255,9 +313,11 @@ std::size_t central_release_transfer(std::size_t cls) noexcept {
       if (c.batches == 0) break;
       take_batch(c, batch, info.batch);
     }
+    returning r[kMaxBatch];
+    for (std::size_t i = 0; i < info.batch; ++i) r[i] = prepare(batch[i], info);
     emptied_spans emptied;  // freed after the span lock is released
     locked l(c.span_lock);
-    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, cls, batch[i], info, emptied);
+    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, cls, r[i], info, emptied);
     moved += info.batch;
   }
   return moved;

@@ -52,8 +52,8 @@ struct central_stats {
 std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept;
 
 /// Gives back `n` (at most kMaxBatch) free objects of class `cls`, live, with the cached tag
-/// (an object returned to its span without it stops the process). Their first 8 bytes may be
-/// overwritten (the free list's link).
+/// (an object returned to its span without it, or to a span that has it free already, stops the
+/// process). Their tag word is overwritten with the span tag.
 void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexcept;
 
 /// Returns half of class `cls`'s transfer-cache batches (rounded up) to their spans, so that

@@ -4,25 +4,25 @@
 //
 // Every small object that no user holds carries one of two tags in its second word, each a
 // per-process random key mixed with the object's own address: the *cached* tag while it sits in
-// a per-CPU or transfer cache, the *span* tag while it is on its span's free list or not yet
-// handed out. Each move checks the tag the object must carry and writes the next:
+// a per-CPU or transfer cache, the *span* tag while it is free in its span (never handed out, or
+// returned). Each move checks the tag the object must carry and writes the next:
 //   - free() writes the cached tag without reading the word (a store: a miss on a line another
 //     CPU wrote waits in the store buffer, where a load would stall the thread);
 //   - malloc() checks the cached tag on the object it pops and clears the word (the user's now);
 //     the object was pushed by this CPU's frees (its line warm) or came in a refill, which
 //     prefetches the batch;
-//   - the return of a cached object to its span checks the cached tag and writes the span tag;
-//   - taking an object from its span checks the span tag before its free-list link is followed,
-//     and writes the cached tag;
+//   - the return of a cached object to its span checks the cached tag and writes the span tag
+//     (and the span's bitmap of free objects must not have it free already);
+//   - taking an object from its span checks the span tag and writes the cached tag;
 //   - a span whose objects are all back is scanned for the span tag on each before its pages go.
 // A double free puts one object in the caches twice: the second pop (or return to its span)
 // finds the tag already cleared (or the span tag) and stops the process. A free of a pointer
-// never handed out, or of an object already back on its span, is found when its span next
-// hands it out or empties. So a fault is caught before its object reaches a second user, but no
-// longer at the free itself: a program that double-frees and then exits, never allocating that
-// size again, is not told. (glibc's tcache marks cached objects with a random key in the same
-// way and checks it at free.) A user's data would have to equal the 64-bit tag of its own
-// address to be mistaken for a free object.
+// never handed out, or of an object already back on its span, is found when that copy returns
+// to the span, or the span next hands the object out or empties. So a fault is caught before its
+// object reaches a second user, but no longer at the free itself: a program that double-frees and
+// then exits, never allocating that size again, is not told. (glibc's tcache marks cached objects
+// with a random key in the same way and checks it at free.) A user's data would have to equal the
+// 64-bit tag of its own address to be mistaken for a free object.
 #pragma once
 
 #include <sys/auxv.h>
@@ -67,7 +67,7 @@ inline std::uint64_t cached_tag_of(const void* p) noexcept {
   return detail_tag::tag_of(p);
 }
 
-/// The span tag of `p`: the mark of an object on its span's free list or never handed out
+/// The span tag of `p`: the mark of an object free in its span (returned, or never handed out)
 /// (the cached tag inverted, so the two never match each other, nor 0).
 inline std::uint64_t span_tag_of(const void* p) noexcept {
   return ~detail_tag::tag_of(p);

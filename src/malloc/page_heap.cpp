@@ -349,8 +349,8 @@ void page_heap_t::free_span(span* s) {
   g_stats.in_use -= s->bytes();
   const bool had_class = s->size_class != 0;
   s->size_class = 0;
-  s->free_objects = nullptr;
-  s->allocated = s->carved = 0;
+  s->allocated = 0;
+  for (std::uint64_t& w : s->free_map) w = 0;
   s->kind = span::state::free;
   // Its pages' entries lose the class (a merge rewrites only the smaller span's entries).
   if (had_class)

@@ -40,6 +40,9 @@ inline constexpr std::size_t kMaxLargeBytes = std::size_t{1} << 46;
 inline constexpr std::size_t kMaxLargeAlignment = std::size_t{1} << 30;
 
 /// A run of pages: free, carved into objects of one size class, or one large allocation.
+/// Words of a span's free-object bitmap: 512 objects, the most of any class (16 B in a page).
+inline constexpr std::size_t kSpanMapWords = 8;
+
 struct span {
   enum class state : std::uint8_t { free, small, large };
   std::uintptr_t first_page = 0;  ///< address >> kPageShift
@@ -50,9 +53,10 @@ struct span {
   span* prev = nullptr;         ///< links of the list the span is on (free lists, central lists)
   span* next = nullptr;
   // Small spans: their objects' bookkeeping, kept by the central free list.
-  void* free_objects = nullptr;  ///< intrusive list of free objects
-  std::uint32_t allocated = 0;   ///< objects out of the span (in caches or with users)
-  std::uint32_t carved = 0;      ///< objects carved so far (the rest never handed out)
+  std::uint32_t allocated = 0;  ///< objects out of the span (in caches or with users)
+  /// Bit i set: object i is free in the span (never handed out, or returned). A bitmap rather
+  /// than a list through the objects: taking and returning objects reads none of them.
+  std::uint64_t free_map[kSpanMapWords] = {};
 
   std::int64_t freed_ns = 0;        ///< when last freed (CLOCK_MONOTONIC_COARSE); 0: never in use
   std::size_t requested_bytes = 0;  ///< large spans: the size asked for

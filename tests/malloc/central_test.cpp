@@ -134,12 +134,26 @@ TEST(MallocCentralDeathTest, MovesCheckTheFreeTags) {
       "\\(0x[0-9a-f]+\\)");
   EXPECT_DEATH(
       {
-        // All back but one, which a user holds; then a stray free of one already back.
+        // All back but one, which a user holds; then a stray free of one already back: its
+        // span's bitmap has it free already.
         std::vector<void*> mine = whole_span(cls);
         for (std::size_t i = 1; i < mine.size(); ++i) central_insert(cls, &mine[i], 1);
         std::memset(mine[0], 0, 16);
         free_tag_word(mine[1]) = cached_tag_of(mine[1]);  // free() of it again
         central_insert(cls, &mine[1], 1);
+      },
+      "percpu malloc: free\\(\\): double free \\(an object returned to its span twice\\) "
+      "\\(0x[0-9a-f]+\\)");
+  EXPECT_DEATH(
+      {
+        // A stray free of an object its user still holds (a free of a dangling pointer to it)
+        // sends it home; the user writes on; the span's last object comes back.
+        std::vector<void*> mine = whole_span(cls);
+        for (std::size_t i = 1; i + 1 < mine.size(); ++i) central_insert(cls, &mine[i], 1);
+        free_tag_word(mine[0]) = cached_tag_of(mine[0]);  // the stray free()
+        central_insert(cls, &mine[0], 1);
+        std::memset(mine[0], 0, 16);  // its user's write
+        central_insert(cls, &mine.back(), 1);
       },
       "percpu malloc: free\\(\\): a span emptied while this object of it is not free \\(.*\\) "
       "\\(0x[0-9a-f]+\\)");
