@@ -171,7 +171,9 @@ class emptied_spans {
   }
 
  private:
-  static constexpr std::size_t kMax = 2 * kMaxBatch;  // a call returns at most two batches
+  // Few: each is a thread's stack (400 threads that touch one more page each hold 1.6 MiB);
+  // a call that empties more spans frees the rest under the lock.
+  static constexpr std::size_t kMax = 16;
   span* spans_[kMax];
   std::size_t n_ = 0;
 };
@@ -182,51 +184,36 @@ void take_batch(class_state& c, void** out, std::size_t n) {
   std::memcpy(out, c.transfer[c.batches], n * sizeof(void*));
 }
 
-// A cached object on its way back to its span, checked and tagged before the span lock is
-// taken (prepare), linked under it (give_back).
-struct returning {
-  void* p;
-  span* s;
-  std::uint32_t index;  // the object's place in its span
-};
-
-// Checks cached object `p` for the cached tag (a second copy of an object freed
-// twice carries the span tag by now, or none) and gives it the span tag: outside the span
-// lock, so that its likely miss holds no lock.
-returning prepare(void* p, const size_class_info& info) {
+// Checks cached object `p`, on its way back to its span, for the cached tag (a second copy of
+// an object freed twice carries the span tag by now, or none) and gives it the span tag:
+// before the span lock is taken, so that its likely miss holds no lock.
+void retag(void* p) {
   std::uint64_t& word = free_tag_word(p);
   if (PERCPU_UNLIKELY(word != cached_tag_of(p)))
     slow::fatal(
         "free(): double free, or a pointer that is not allocated (an object returned "
         "to its span without its free tag)",
         p);
+  word = span_tag_of(p);
+}
+
+// Sets retagged object `p` back in its span's bitmap, under the class's span lock: its bit must
+// be clear (set: the object is free in the span already, returned twice).
+void give_back(class_state& c, std::size_t cls, void* p, const size_class_info& info,
+               emptied_spans& emptied) {
   span* s = page_heap().span_of(p);
-  if (PERCPU_UNLIKELY(s == nullptr))
+  // A stale copy of an object whose span has gone (and whose pages hold another class's
+  // objects now) must not be linked into that span under this class's lock.
+  if (PERCPU_UNLIKELY(s == nullptr || s->kind != span::state::small || s->size_class != cls))
     slow::fatal(
         "free(): double free, or a pointer that is not allocated (a cached object whose "
         "span is gone)",
         p);
-  word = span_tag_of(p);
-  const auto offset = static_cast<std::size_t>(static_cast<char*>(p) - s->start());
-  return returning{p, s, static_cast<std::uint32_t>(offset / info.size)};
-}
-
-// Links prepared object `r` back into its span, under the class's span lock: its bit must be
-// clear (set: the object is free in the span already, returned twice).
-void give_back(class_state& c, std::size_t cls, const returning& r, const size_class_info& info,
-               emptied_spans& emptied) {
-  span* s = r.s;
-  // A stale copy of an object whose span has gone (and whose pages hold another class's
-  // objects now) must not be linked into that span under this class's lock.
-  if (PERCPU_UNLIKELY(s->kind != span::state::small || s->size_class != cls))
-    slow::fatal(
-        "free(): double free, or a pointer that is not allocated (a cached object whose "
-        "span is gone)",
-        r.p);
-  std::uint64_t& w = s->free_map[r.index / 64];
-  const std::uint64_t bit = std::uint64_t{1} << (r.index % 64);
+  const auto index = static_cast<std::size_t>(static_cast<char*>(p) - s->start()) / info.size;
+  std::uint64_t& w = s->free_map[index / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
   if (PERCPU_UNLIKELY((w & bit) != 0))
-    slow::fatal("free(): double free (an object returned to its span twice)", r.p);
+    slow::fatal("free(): double free (an object returned to its span twice)", p);
   const bool was_full = s->allocated == info.objects_per_span();
   w |= bit;
   --s->allocated;
@@ -289,11 +276,11 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
       n_cached = n;
     }
   }
-  returning r[2 * kMaxBatch];
-  for (std::size_t i = 0; i < n_cached; ++i) r[i] = prepare(cached[i], info);
-  for (std::size_t i = 0; i < n; ++i) r[n_cached + i] = prepare(objects[i], info);
+  for (std::size_t i = 0; i < n_cached; ++i) retag(cached[i]);
+  for (std::size_t i = 0; i < n; ++i) retag(objects[i]);
   locked l(c.span_lock);
-  for (std::size_t i = 0; i < n_cached + n; ++i) give_back(c, cls, r[i], info, emptied);
+  for (std::size_t i = 0; i < n_cached; ++i) give_back(c, cls, cached[i], info, emptied);
+  for (std::size_t i = 0; i < n; ++i) give_back(c, cls, objects[i], info, emptied);
 }
 
 std::size_t central_release_transfer(std::size_t cls) noexcept {
@@ -313,11 +300,10 @@ std::size_t central_release_transfer(std::size_t cls) noexcept {
       if (c.batches == 0) break;
       take_batch(c, batch, info.batch);
     }
-    returning r[kMaxBatch];
-    for (std::size_t i = 0; i < info.batch; ++i) r[i] = prepare(batch[i], info);
+    for (std::size_t i = 0; i < info.batch; ++i) retag(batch[i]);
     emptied_spans emptied;  // freed after the span lock is released
     locked l(c.span_lock);
-    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, cls, r[i], info, emptied);
+    for (std::size_t i = 0; i < info.batch; ++i) give_back(c, cls, batch[i], info, emptied);
     moved += info.batch;
   }
   return moved;

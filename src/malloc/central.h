@@ -29,7 +29,7 @@ inline constexpr std::size_t kTransferAlways = 2;
 /// the memory (`percpu-malloc-workload idle`).
 inline constexpr std::size_t kTransferCreditBytes = 256 * 1024;
 /// Largest batch of any class (size_class_info::batch).
-inline constexpr std::size_t kMaxBatch = 64;
+inline constexpr std::size_t kMaxBatch = 128;
 
 /// The credit of class `cls` (1 .. kClassCount - 1): kTransferCreditBytes of its batches,
 /// between 8 and kTransferBatches.

@@ -52,12 +52,16 @@ constexpr std::uint32_t span_pages(std::size_t size) {
   return static_cast<std::uint32_t>(pages);
 }
 
-// Objects moved per refill or flush: 64 KiB worth, between 2 and 64. A batch is one lock of the
-// class's central list for the objects it moves (64 rather than 32 small objects: xmalloc-test,
-// one producer's objects freed by another thread, ran 19% faster).
+// Objects moved per refill or flush: 64 KiB worth, between 2 and 64, and 128 for classes up to
+// 128 bytes. A batch is one lock of the class's central list for the objects it moves, and one
+// pass of the caches' bookkeeping (64 rather than 32 small objects: xmalloc-test, one
+// producer's objects freed by another thread, ran 19% faster; 128 rather than 64 objects of up
+// to 128 bytes: 1.3x). Larger classes keep 64: every object parked in a transfer cache can pin
+// a span, and a program that frees in random order and stops would keep twice the spans.
 constexpr std::uint32_t batch_for(std::size_t size) {
   const std::size_t b = 64 * 1024 / size;
-  return static_cast<std::uint32_t>(b < 2 ? 2 : (b > 64 ? 64 : b));
+  const std::size_t most = size <= 128 ? 128 : 64;
+  return static_cast<std::uint32_t>(b < 2 ? 2 : (b > most ? most : b));
 }
 
 constexpr std::array<size_class_info, kClassCount> make_classes() {
