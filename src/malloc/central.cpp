@@ -22,7 +22,7 @@ struct class_state {
   // Guarded by transfer_lock:
   pthread_mutex_t transfer_lock;  // all-zero is PTHREAD_MUTEX_INITIALIZER on glibc
   std::size_t batches;            // full batches in `transfer`
-  // Batches removed and not yet matched by an insertion, up to transfer_credit(): the transfer
+  // Batches removed and not yet matched by an insertion, up to kTransferCredit[cls]: the transfer
   // cache takes more than kTransferAlways batches only on credit (removals keep up).
   std::size_t credit;
   void* transfer[kTransferBatches][kMaxBatch];
@@ -234,7 +234,7 @@ std::size_t central_remove(std::size_t cls, void** out, std::size_t n) noexcept 
   const size_class_info& info = kClasses[cls];
   {
     locked l(c.transfer_lock);
-    if (c.credit < transfer_credit(cls)) ++c.credit;
+    if (c.credit < kTransferCredit[cls]) ++c.credit;
     if (n == info.batch && c.batches > 0) {
       take_batch(c, out, n);
       return n;

@@ -7,6 +7,7 @@
 // state is zero-initialized at load (usable before constructors run).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -18,7 +19,7 @@ namespace percpu::malloc_impl {
 /// Whole batches a size class's transfer cache holds.
 inline constexpr std::size_t kTransferBatches = 64;
 /// Whole batches a size class's transfer cache takes whatever the demand; beyond them, one for
-/// each removal not yet matched by an insertion, counting at most transfer_credit(cls)
+/// each removal not yet matched by an insertion, counting at most kTransferCredit[cls]
 /// removals. A batch refused goes to its spans with one of the cache's own (central_insert).
 inline constexpr std::size_t kTransferAlways = 2;
 /// The bytes of objects a class's credit lets its transfer cache park: one burst of a
@@ -31,13 +32,19 @@ inline constexpr std::size_t kTransferCreditBytes = 256 * 1024;
 /// Largest batch of any class (size_class_info::batch).
 inline constexpr std::size_t kMaxBatch = 128;
 
-/// The credit of class `cls` (1 .. kClassCount - 1): kTransferCreditBytes of its batches,
-/// between 8 and kTransferBatches.
-constexpr std::size_t transfer_credit(std::size_t cls) {
-  const std::size_t batches =
-      kTransferCreditBytes / (std::size_t{kClasses[cls].batch} * kClasses[cls].size);
-  return batches < 8 ? 8 : (batches > kTransferBatches ? kTransferBatches : batches);
-}
+/// Each class's credit (index 1 .. kClassCount - 1), in batches: kTransferCreditBytes of its
+/// objects, between 8 and kTransferBatches. A table, so that the transfer lock's critical
+/// section reads it rather than divides.
+inline constexpr std::array<std::uint8_t, kClassCount> kTransferCredit = [] {
+  std::array<std::uint8_t, kClassCount> credit{};
+  for (std::size_t c = 1; c < kClassCount; ++c) {
+    const std::size_t batches =
+        kTransferCreditBytes / (std::size_t{kClasses[c].batch} * kClasses[c].size);
+    credit[c] = static_cast<std::uint8_t>(
+        batches < 8 ? 8 : (batches > kTransferBatches ? kTransferBatches : batches));
+  }
+  return credit;
+}();
 
 /// Counters of one size class's middle end.
 struct central_stats {
