@@ -114,21 +114,23 @@ std::size_t take_from(class_state& c, span* s, const size_class_info& info, void
   return got;
 }
 
+// Moves object `p` between the free tags (free_tag.h): its word must carry `from` (else the
+// process stops, naming `fault` and `p`) and gets `to`.
+void move_tag(void* p, std::uint64_t from, std::uint64_t to, const char* fault) {
+  std::uint64_t& word = free_tag_word(p);
+  if (PERCPU_UNLIKELY(word != from)) slow::fatal(fault, p);
+  word = to;
+}
+
 // Objects just taken from their spans must carry the span tag (an object a stray free put in a
 // cache while it was free in its span may since have gone to a user), and get the cached tag:
 // live until the allocator hands them to a user. Outside the span lock: the loads, one likely
 // miss each, are independent and overlap.
 void check_taken(void* const* objects, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    void* p = objects[i];
-    std::uint64_t& word = free_tag_word(p);
-    if (PERCPU_UNLIKELY(word != span_tag_of(p)))
-      slow::fatal(
-          "malloc(): an object free in its span has lost its free tag (a double free, a "
-          "free of a pointer not allocated, or a write after free)",
-          p);
-    word = cached_tag_of(p);
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    move_tag(objects[i], span_tag_of(objects[i]), cached_tag_of(objects[i]),
+             "malloc(): an object free in its span has lost its free tag (a double free, a "
+             "free of a pointer not allocated, or a write after free)");
 }
 
 // Stops the process unless every object of `s` (all of them back) carries the span tag: a stray
@@ -188,13 +190,9 @@ void take_batch(class_state& c, void** out, std::size_t n) {
 // an object freed twice carries the span tag by now, or none) and gives it the span tag:
 // before the span lock is taken, so that its likely miss holds no lock.
 void retag(void* p) {
-  std::uint64_t& word = free_tag_word(p);
-  if (PERCPU_UNLIKELY(word != cached_tag_of(p)))
-    slow::fatal(
-        "free(): double free, or a pointer that is not allocated (an object returned "
-        "to its span without its free tag)",
-        p);
-  word = span_tag_of(p);
+  move_tag(p, cached_tag_of(p), span_tag_of(p),
+           "free(): double free, or a pointer that is not allocated (an object returned to its "
+           "span without its free tag)");
 }
 
 // Sets retagged object `p` back in its span's bitmap, under the class's span lock: its bit must
