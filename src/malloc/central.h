@@ -49,7 +49,7 @@ inline constexpr std::array<std::uint8_t, kClassCount> kTransferCredit = [] {
 /// Counters of one size class's middle end.
 struct central_stats {
   std::size_t spans = 0;             ///< spans carved into this class's objects
-  std::size_t free_in_spans = 0;     ///< objects free in those spans (uncarved included)
+  std::size_t free_in_spans = 0;     ///< objects free in those spans (never handed out included)
   std::size_t transfer_objects = 0;  ///< objects in the transfer cache
 };
 

@@ -33,11 +33,11 @@ namespace percpu::malloc_impl {
 inline constexpr std::size_t kDeepStackMaxClassBytes = 128;
 
 /// Room of class `cls`'s stack on each index, in entries: 32 transfer batches for classes up to
-/// kDeepStackMaxClassBytes (2,048 entries, as tcmalloc's per-CPU caches hold of its smallest
-/// classes: a program that allocates 1,600 small objects and frees them, as glibc's
-/// bench-malloc-simple does, no longer refills and flushes the stack in every round), four for the
-/// others, and at most 512 KiB of objects (but at least one batch). The index's byte budget bounds
-/// what the stacks hold together.
+/// kDeepStackMaxClassBytes (4,096 entries of 128-object batches; 2,048, as tcmalloc's per-CPU
+/// caches hold of its smallest classes, already let a program that allocates 1,600 small objects
+/// and frees them, as glibc's bench-malloc-simple does, stop refilling and flushing the stack in
+/// every round), four for the others, and at most 512 KiB of objects (but at least one batch). The
+/// index's byte budget bounds what the stacks hold together.
 constexpr std::size_t cache_max_capacity(std::size_t cls) {
   if (cls == 0) return 0;
   const std::size_t batch = kClasses[cls].batch;

@@ -39,10 +39,10 @@ inline constexpr std::size_t kMaxLargeBytes = std::size_t{1} << 46;
 /// Largest alignment allocate_large() accepts (1 GiB).
 inline constexpr std::size_t kMaxLargeAlignment = std::size_t{1} << 30;
 
-/// A run of pages: free, carved into objects of one size class, or one large allocation.
 /// Words of a span's free-object bitmap: 512 objects, the most of any class (16 B in a page).
 inline constexpr std::size_t kSpanMapWords = 8;
 
+/// A run of pages: free, carved into objects of one size class, or one large allocation.
 struct span {
   enum class state : std::uint8_t { free, small, large };
   std::uintptr_t first_page = 0;  ///< address >> kPageShift

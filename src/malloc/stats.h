@@ -13,7 +13,7 @@ namespace percpu::malloc_impl {
 struct class_stats {
   std::size_t size = 0;              ///< object bytes
   std::size_t spans = 0;             ///< spans carved into this class
-  std::size_t free_in_spans = 0;     ///< free objects in them (never-carved included)
+  std::size_t free_in_spans = 0;     ///< free objects in them (never handed out included)
   std::size_t transfer_objects = 0;  ///< objects in the transfer cache
   std::size_t cached_objects = 0;    ///< objects in the per-CPU caches, all indices
   std::size_t refills = 0;           ///< per-CPU cache misses refilled from the middle end
