@@ -50,6 +50,9 @@ struct span {
   state kind = state::free;
   std::uint8_t size_class = 0;  ///< for small spans
   bool released = false;        ///< free and returned to the kernel (reads as zero when reused)
+  /// Carved from a region of the small spans' arena (huge-page advised once the arena is big),
+  /// else from one of the large blocks' arena: the arenas' spans never merge.
+  bool small_arena = false;
   /// Small spans: objects out of the span (in caches or with users); kept by the central free
   /// list, with free_map.
   std::uint32_t allocated = 0;
@@ -155,12 +158,13 @@ class page_heap_t {
  private:
   void set_pagemap(std::uintptr_t page, span* s);
   span* new_span();
-  span* span_for_mapping(char* base, std::size_t pages, span::state kind);
+  span* span_for_mapping(char* base, std::size_t pages, span::state kind, bool small_arena);
   void delete_span(span* s);
   void insert_free(span* s);
   void remove_free(span* s);
-  span* grow(std::size_t pages);
-  span* take_free(std::size_t pages);
+  span* grow(std::size_t pages, bool small_arena);
+  void advise_small_region(char* base, std::size_t bytes);
+  span* take_free(std::size_t pages, bool small_arena);
   void free_locked(span* s);
   span* merge_neighbours(span* s);
   span* join(span* lo, span* hi);

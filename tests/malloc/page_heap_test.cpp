@@ -3,8 +3,14 @@
 // process-wide, so the checks are on deltas and on the spans each test owns.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 #include "malloc/page_heap.h"
@@ -230,6 +236,60 @@ TEST(MallocPageHeap, AFreedSpanStaysResidentBesideReleasedOnesUntilItIsReleasedT
   if (after != nullptr) {
     EXPECT_NE(after->kind, span::state::free);
   }
+}
+
+// The VmFlags line of /proc/self/smaps for the mapping holding `p` ("" when none does).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
+      inside = lo <= addr && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+// Small spans and large blocks come from separate arenas: once the small spans' arena has
+// mapped 32 MiB its regions (all of them, the first ones too) carry MADV_HUGEPAGE, and large
+// blocks' never do; a small span and a large block never share a mapping's flags.
+TEST(MallocPageHeap, SmallSpansGetHugePageAdviceOnceTheirArenaIsBigAndLargeBlocksNever) {
+  {
+    void* probe =
+        mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(probe, MAP_FAILED);
+    const bool recorded = madvise(probe, 4 << 20, MADV_HUGEPAGE) == 0 &&
+                          vm_flags_of(probe).find(" hg ") != std::string::npos;
+    munmap(probe, 4 << 20);
+    if (!recorded) GTEST_SKIP() << "this kernel (or emulator) keeps no huge page advice";
+  }
+  page_heap_t& heap = page_heap();
+  span* first = heap.allocate_span(1);
+  ASSERT_NE(first, nullptr);
+  std::vector<span*> spans;
+  for (int i = 0; i < 24; ++i) {  // 24 x 255 pages: 48 MiB of small spans
+    span* s = heap.allocate_span(255);
+    ASSERT_NE(s, nullptr);
+    spans.push_back(s);
+  }
+  bool zeroed = false;
+  span* large = heap.allocate_large(std::size_t{4} << 20, kPageSize, zeroed);
+  ASSERT_NE(large, nullptr);
+  EXPECT_NE(vm_flags_of(first->start()).find(" hg "), std::string::npos) << "the first region";
+  for (span* s : spans) {
+    EXPECT_TRUE(s->small_arena);
+    EXPECT_NE(vm_flags_of(s->start()).find(" hg "), std::string::npos);
+  }
+  EXPECT_FALSE(large->small_arena);
+  EXPECT_EQ(vm_flags_of(large->start()).find(" hg "), std::string::npos);
+  EXPECT_NE(vm_flags_of(large->start()), "") << "the large block's mapping is listed";
+  EXPECT_TRUE(heap.free_large(large->start() + large->offset));
+  for (span* s : spans) heap.free_span(s);
+  heap.free_span(first);
 }
 
 TEST(MallocPageHeap, MetadataIsZeroedAndRecycled) {
