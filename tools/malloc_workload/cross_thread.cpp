@@ -3,7 +3,9 @@
 // fixed amount of work instead of a fixed time so that runs compare (our code):
 //  - larson (after larson.cpp: `larson 5 8 1000 5000 100 4141 <threads>`): the main thread
 //    allocates `threads` x 5,000 blocks of 8-999 B (min + random % (max - min), as larson
-//    rounds) with new[], then each of `threads` threads replaces random blocks of its own 5,000
+//    rounds) with new[], shuffles them and replaces random ones 4 x `threads` x 5,000 times
+//    (larson's warmup: each thread's blocks lie all over the heap, not in one run of it), then
+//    each of `threads` threads replaces random blocks of its own 5,000
 //    `objects` times (larson: rounds x blocks = 100 x 5,000), each a delete[] of a block, a
 //    new[] of a random size and a write of its first 2 bytes (larson writes 'a', 'b'), and
 //    starts the next generation's thread on its blocks as it exits (larson's thread hand-off:
@@ -75,12 +77,24 @@ void larson_generation(larson_blocks& s, long ops, std::uint64_t seed, long gene
 
 result run_larson(const params& p) {
   std::vector<larson_blocks> states(static_cast<std::size_t>(p.threads));
-  rng warm(static_cast<std::uint64_t>(p.seed));
-  for (auto& s : states)  // larson's warmup: the main thread allocates every block
-    for (int i = 0; i < kLarsonBlocks; ++i) {
-      s.owner[i] = 0;
-      s.block[i] = larson_new(warm, 0);
+  {
+    // larson's warmup, by the main thread: every block allocated in turn, shuffled, then 4 x
+    // as many random replacements; thread t gets the t-th run of 5,000 of the result.
+    rng warm(static_cast<std::uint64_t>(p.seed));
+    const std::size_t n = states.size() * kLarsonBlocks;
+    std::vector<char*> all(n);
+    for (char*& b : all) b = larson_new(warm, 0);
+    for (std::size_t i = n; i > 1; --i) std::swap(all[i - 1], all[warm.next() % i]);
+    for (std::size_t i = 0; i < 4 * n; ++i) {
+      char*& victim = all[warm.next() % n];
+      delete[] victim;
+      victim = larson_new(warm, 0);
     }
+    for (std::size_t i = 0; i < n; ++i) {
+      states[i / kLarsonBlocks].block[i % kLarsonBlocks] = all[i];
+      states[i / kLarsonBlocks].owner[i % kLarsonBlocks] = 0;
+    }
+  }
   std::mutex next_lock;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(p.threads * p.rounds));
