@@ -28,13 +28,17 @@ constexpr std::size_t kMetaBlock = std::size_t{1} << 20;
 
 // Two arenas, each with its regions and free lists: small spans (size classes) and large
 // blocks. Small spans' regions are aligned on the transparent huge page size (2 MiB, the PMD
-// size with 4 KiB kernel pages) and, once the arena has mapped kHugeAdviceFrom bytes, advised
-// MADV_HUGEPAGE: a program whose small objects spread over hundreds of MiB (larson at 64
-// threads hands each thread objects that every thread on its CPU freed) then misses the TLB
-// per 2 MiB rather than per 4 KiB (larson at 64 threads ran 1.25x faster). Below that size the
-// arena stays on small pages: a program of a few MiB would otherwise hold a huge page for its
-// first object. Large blocks get no advice: one written in part would be faulted in whole, and
-// the faults would wait for compaction (a random mix of blocks up to 2 MiB ran 3-7x slower).
+// size with 4 KiB kernel pages) and advised MADV_HUGEPAGE while the arena's spans in use are at
+// least kHugeAdviceFrom and half of what it maps: a program whose small objects spread over
+// hundreds of MiB (larson at 64 threads hands each thread objects that every thread on its CPU
+// freed) then misses the TLB per 2 MiB rather than per 4 KiB (larson at 64 threads ran 1.1-1.2x
+// faster). A smaller program stays on small pages (a huge page would hold 2 MiB for its first
+// object), and so does an arena whose use has fallen below a quarter of it: the advice is
+// withdrawn then, since khugepaged would otherwise collapse every 2 MiB that still holds a live
+// object back into a huge page (after a burst of 800 MB freed, with khugepaged scanning fast:
+// 60 MiB held 20 s later with the advice kept, 19 MiB with it withdrawn). Large blocks get no
+// advice: one written in part would be faulted in whole, and the faults would wait for
+// compaction (a random mix of blocks up to 2 MiB ran 2.5-11x slower with every region advised).
 constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugeAdviceFrom = std::size_t{32} << 20;
 constexpr int kSmallArena = 1;
@@ -45,18 +49,20 @@ pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 // Guarded by g_lock:
 span* g_free_exact[2][kExactLists + 1];  // by arena, then pages; doubly linked
 span* g_free_long[2];                    // longer than kExactLists pages, by arena
-std::size_t g_small_mapped;              // bytes mapped for the small spans' arena since start
-// The small arena's regions mapped before it reached kHugeAdviceFrom, advised when it does
-// (regions are at least 16 MiB: at most one comes before).
-struct unadvised_region {
+// The small arena's regions, for its huge page advice (all of them: they are never unmapped
+// but by unmap_free_locked(), which freezes the advice), and the bytes they map.
+struct small_region {
   char* base;
   std::size_t bytes;
+  small_region* next;
 };
-unadvised_region g_unadvised[kHugeAdviceFrom / (kRegionPages << kPageShift)];
-std::size_t g_unadvised_count;
-bool g_huge_advice;   // the small arena's regions are advised MADV_HUGEPAGE now
-span* g_spare_spans;  // recycled span structs
-char* g_meta_next;    // bump pointer of the current metadata block
+small_region* g_small_regions;
+std::size_t g_small_mapped;
+bool g_huge_advice;    // the small arena's regions are advised MADV_HUGEPAGE now
+bool g_advice_frozen;  // part of the small arena was unmapped: its addresses may be another
+                       // mapping's now, so the regions' advice stays as it is
+span* g_spare_spans;   // recycled span structs
+char* g_meta_next;     // bump pointer of the current metadata block
 char* g_meta_end;
 void* g_meta_free[21];  // recycled metadata blocks by log2 size (16 B .. 1 MiB)
 page_heap_stats g_stats;
@@ -283,28 +289,36 @@ span* page_heap_t::grow(std::size_t pages, bool small_arena) {
     return nullptr;
   }
   g_stats.mapped += n << kPageShift;
-  if (small_arena) advise_small_region(base, n << kPageShift);
+  if (small_arena) note_small_region(base, n << kPageShift);
   insert_free(s);
   return s;
 }
 
-// Huge page advice for a new region of the small arena, `bytes` at `base` (see kHugeAdviceFrom):
-// given at once when the arena has reached that size, else recorded, and given to the recorded
-// regions when it does (unmap_free_locked() forgets them: their addresses may be another
-// mapping's by then). A kernel without transparent huge pages refuses it (EINVAL): ignored.
-void page_heap_t::advise_small_region(char* base, std::size_t bytes) {
+// A new region of the small arena, `bytes` at `base`: recorded for the arena's huge page advice,
+// and advised at once while the advice holds. (Without memory for its record, it keeps the
+// advice it gets now.)
+void page_heap_t::note_small_region(char* base, std::size_t bytes) {
   g_small_mapped += bytes;
-  if (!g_huge_advice && g_small_mapped < kHugeAdviceFrom) {
-    if (g_unadvised_count < sizeof g_unadvised / sizeof g_unadvised[0])
-      g_unadvised[g_unadvised_count++] = {base, bytes};
-    return;
-  }
-  madvise(base, bytes, MADV_HUGEPAGE);
-  if (g_huge_advice) return;
-  g_huge_advice = true;
-  for (std::size_t i = 0; i < g_unadvised_count; ++i)
-    madvise(g_unadvised[i].base, g_unadvised[i].bytes, MADV_HUGEPAGE);
-  g_unadvised_count = 0;
+  if (void* m = meta_alloc_locked(sizeof(small_region)))
+    g_small_regions = new (m) small_region{base, bytes, g_small_regions};
+  if (g_huge_advice) madvise(base, bytes, MADV_HUGEPAGE);
+}
+
+// Gives or withdraws the small arena's huge page advice as its use has changed (see
+// kHugeAdviceFrom): given at kHugeAdviceFrom in use and half the arena, withdrawn below a
+// quarter, so that a program must allocate or free a quarter of the arena between two changes
+// (each a madvise per region). A kernel without transparent huge pages refuses the advice
+// (EINVAL): ignored.
+static void update_huge_advice_locked() {
+  if (g_advice_frozen) return;
+  const std::size_t used = g_stats.in_use;
+  bool on = g_huge_advice;
+  if (!on && used >= kHugeAdviceFrom && used >= g_small_mapped / 2) on = true;
+  if (on && used < g_small_mapped / 4) on = false;
+  if (on == g_huge_advice) return;
+  g_huge_advice = on;
+  for (small_region* r = g_small_regions; r != nullptr; r = r->next)
+    madvise(r->base, r->bytes, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
 
 // Unmaps every free span (backed or released) and forgets its pages; returns the bytes. The
@@ -317,6 +331,10 @@ std::size_t page_heap_t::unmap_free_locked() {
       for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, nullptr);
       munmap(s->start(), s->bytes());
       g_stats.mapped -= s->bytes();
+      if (s->small_arena) {
+        g_small_mapped -= s->bytes();
+        g_advice_frozen = true;
+      }
       bytes += s->bytes();
       delete_span(s);
     }
@@ -326,7 +344,6 @@ std::size_t page_heap_t::unmap_free_locked() {
     for (std::size_t n = 1; n <= kExactLists; ++n) unmap_list(&g_free_exact[a][n]);
   }
   g_stats.unmapped += bytes;
-  if (bytes != 0) g_unadvised_count = 0;  // parts of them may be gone (advise_small_region)
   return bytes;
 }
 
@@ -379,6 +396,7 @@ span* page_heap_t::allocate_span(std::size_t pages, std::size_t cls) {
     for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, s);
   g_stats.in_use += s->bytes();
   note_taken_locked(s);
+  update_huge_advice_locked();
   return s;
 }
 
@@ -412,6 +430,7 @@ void page_heap_t::free_span(span* s) {
   if (had_class)
     for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, s);
   free_locked(s);
+  update_huge_advice_locked();
   // The bound is kept at frees of small spans, whose every page is resident (their objects were
   // tagged when the span was carved). A freed large block may be resident only where its
   // program wrote (a block of 300 KiB whose first byte alone was written holds one page):

@@ -163,7 +163,7 @@ class page_heap_t {
   void insert_free(span* s);
   void remove_free(span* s);
   span* grow(std::size_t pages, bool small_arena);
-  void advise_small_region(char* base, std::size_t bytes);
+  void note_small_region(char* base, std::size_t bytes);
   span* take_free(std::size_t pages, bool small_arena);
   void free_locked(span* s);
   span* merge_neighbours(span* s);

@@ -254,10 +254,10 @@ std::string vm_flags_of(const void* p) {
   return "";
 }
 
-// Small spans and large blocks come from separate arenas: once the small spans' arena has
-// mapped 32 MiB its regions (all of them, the first ones too) carry MADV_HUGEPAGE, and large
-// blocks' never do; a small span and a large block never share a mapping's flags.
-TEST(MallocPageHeap, SmallSpansGetHugePageAdviceOnceTheirArenaIsBigAndLargeBlocksNever) {
+// Small spans and large blocks come from separate arenas: once 32 MiB of small spans are in use
+// (and half of their arena) its regions (all of them, the first ones too) carry MADV_HUGEPAGE,
+// until the use falls below a quarter of the arena; large blocks' regions never do.
+TEST(MallocPageHeap, SmallSpansGetHugePageAdviceWhileTheirArenaIsBigAndLargeBlocksNever) {
   {
     void* probe =
         mmap(nullptr, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -288,7 +288,10 @@ TEST(MallocPageHeap, SmallSpansGetHugePageAdviceOnceTheirArenaIsBigAndLargeBlock
   EXPECT_EQ(vm_flags_of(large->start()).find(" hg "), std::string::npos);
   EXPECT_NE(vm_flags_of(large->start()), "") << "the large block's mapping is listed";
   EXPECT_TRUE(heap.free_large(large->start() + large->offset));
+  char* const start = spans.front()->start();
   for (span* s : spans) heap.free_span(s);
+  EXPECT_EQ(vm_flags_of(start).find(" hg "), std::string::npos) << "withdrawn once unused";
+  EXPECT_NE(vm_flags_of(start).find(" nh "), std::string::npos);
   heap.free_span(first);
 }
 
