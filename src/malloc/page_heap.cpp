@@ -317,6 +317,7 @@ static void update_huge_advice_locked() {
   if (on && used < g_small_mapped / 4) on = false;
   if (on == g_huge_advice) return;
   g_huge_advice = on;
+  ++g_stats.huge_advice_changes;
   for (small_region* r = g_small_regions; r != nullptr; r = r->next)
     madvise(r->base, r->bytes, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
@@ -604,7 +605,10 @@ std::size_t page_heap_t::release_locked(std::size_t keep_bytes, std::int64_t old
 
 page_heap_stats page_heap_t::stats() {
   locked l;
-  return g_stats;
+  page_heap_stats s = g_stats;
+  s.small_arena = g_small_mapped;
+  s.huge_advice = g_huge_advice;
+  return s;
 }
 
 }  // namespace percpu::malloc_impl

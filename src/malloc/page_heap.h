@@ -90,6 +90,9 @@ struct page_heap_stats {
   std::size_t unmapped = 0;           ///< free spans unmapped since start because a mapping failed
   std::size_t metadata = 0;           ///< mapped for the heap's own bookkeeping
   std::size_t released_by_bound = 0;  ///< returned at frees past free_bound() since start
+  std::size_t small_arena = 0;        ///< mapped in the small spans' regions (in `mapped`)
+  bool huge_advice = false;           ///< the small spans' regions are advised MADV_HUGEPAGE now
+  std::size_t huge_advice_changes = 0;  ///< times the advice was given or withdrawn since start
 };
 
 /// The process's page heap (one instance; see page_heap()).

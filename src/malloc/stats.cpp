@@ -111,6 +111,8 @@ void print_stats(int fd) noexcept {
       s.rss_bytes >> 10, s.heap.mapped >> 10, s.heap.in_use >> 10, s.heap.free >> 10,
       s.heap.released >> 10, s.heap.large >> 10, s.heap.metadata >> 10,
       s.heap.released_by_bound >> 10);
+  put(fd, "small spans' regions: %zu KiB, huge page advice %s (%zu changes since start)\n",
+      s.heap.small_arena >> 10, s.heap.huge_advice ? "on" : "off", s.heap.huge_advice_changes);
   put(fd,
       "per-CPU caches: %zu indices, budget %zu KiB each, %zu KiB committed; maintenance: %zu "
       "idle drains, %zu objects trimmed; %zu frees in signal handlers leaked\n",
