@@ -326,11 +326,18 @@ static void update_huge_advice_locked() {
 // last resort of grow(): cached address space must not make a request fail.
 std::size_t page_heap_t::unmap_free_locked() {
   std::size_t bytes = 0;
+  // A span the kernel refuses to unmap (ENOMEM: splitting its mapping would pass
+  // vm.max_map_count, the very limit that may have sent us here) stays a free span.
+  span* kept = nullptr;
   auto unmap_list = [&](span** list) {
     while (span* s = *list) {
       remove_free(s);
+      if (munmap(s->start(), s->bytes()) != 0) {
+        s->next = kept;
+        kept = s;
+        continue;
+      }
       for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, nullptr);
-      munmap(s->start(), s->bytes());
       g_stats.mapped -= s->bytes();
       if (s->small_arena) {
         g_small_mapped -= s->bytes();
@@ -343,6 +350,10 @@ std::size_t page_heap_t::unmap_free_locked() {
   for (int a : {kLargeArena, kSmallArena}) {
     unmap_list(&g_free_long[a]);
     for (std::size_t n = 1; n <= kExactLists; ++n) unmap_list(&g_free_exact[a][n]);
+  }
+  while (span* s = kept) {
+    kept = s->next;
+    insert_free(s);
   }
   g_stats.unmapped += bytes;
   return bytes;
