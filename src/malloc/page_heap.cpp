@@ -29,16 +29,18 @@ constexpr std::size_t kMetaBlock = std::size_t{1} << 20;
 // Two arenas, each with its regions and free lists: small spans (size classes) and large
 // blocks. Small spans' regions are aligned on the transparent huge page size (2 MiB, the PMD
 // size with 4 KiB kernel pages) and advised MADV_HUGEPAGE while the arena's spans in use are at
-// least kHugeAdviceFrom and half of what it maps: a program whose small objects spread over
+// least kHugeAdviceFrom and nearly all of it: a program whose small objects spread over
 // hundreds of MiB (larson at 64 threads hands each thread objects that every thread on its CPU
 // freed) then misses the TLB per 2 MiB rather than per 4 KiB (larson at 64 threads ran 1.1-1.2x
 // faster). A smaller program stays on small pages (a huge page would hold 2 MiB for its first
-// object), and so does an arena whose use has fallen below a quarter of it: the advice is
-// withdrawn then, since khugepaged would otherwise collapse every 2 MiB that still holds a live
-// object back into a huge page (after a burst of 800 MB freed, with khugepaged scanning fast:
-// 60 MiB held 20 s later with the advice kept, 19 MiB with it withdrawn). Large blocks get no
-// advice: one written in part would be faulted in whole, and the faults would wait for
-// compaction (a random mix of blocks up to 2 MiB ran 2.5-11x slower with every region advised).
+// object), and so does an arena with much free in it: khugepaged collapses every 2 MiB that
+// holds a live object back into a huge page, free spans released in it included (a program
+// that kept 2% of 800 MB of objects, 46% of its arena in use, went from 513 to 943 MiB resident
+// within seconds with khugepaged scanning fast). With the advice withdrawn below 3/4 in use,
+// what khugepaged can bring back is at most a quarter of the arena, as much as the free bound
+// keeps backed anyway. Large blocks get no advice: one written in part would be faulted in
+// whole, and the faults would wait for compaction (a random mix of blocks up to 2 MiB ran
+// 2.5-11x slower with every region advised).
 constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugeAdviceFrom = std::size_t{32} << 20;
 constexpr int kSmallArena = 1;
@@ -305,16 +307,16 @@ void page_heap_t::note_small_region(char* base, std::size_t bytes) {
 }
 
 // Gives or withdraws the small arena's huge page advice as its use has changed (see
-// kHugeAdviceFrom): given at kHugeAdviceFrom in use and half the arena, withdrawn below a
-// quarter, so that a program must allocate or free a quarter of the arena between two changes
-// (each a madvise per region). A kernel without transparent huge pages refuses the advice
-// (EINVAL): ignored.
+// kHugeAdviceFrom): given at kHugeAdviceFrom in use and 7/8 of the arena, withdrawn below 3/4,
+// so that a program must allocate or free an eighth of the arena between two changes (each a
+// madvise per region). A kernel without transparent huge pages refuses the advice (EINVAL):
+// ignored.
 static void update_huge_advice_locked() {
   if (g_advice_frozen) return;
   const std::size_t used = g_stats.in_use;
   bool on = g_huge_advice;
-  if (!on && used >= kHugeAdviceFrom && used >= g_small_mapped / 2) on = true;
-  if (on && used < g_small_mapped / 4) on = false;
+  if (!on && used >= kHugeAdviceFrom && used >= g_small_mapped / 8 * 7) on = true;
+  if (on && used < g_small_mapped / 4 * 3) on = false;
   if (on == g_huge_advice) return;
   g_huge_advice = on;
   ++g_stats.huge_advice_changes;

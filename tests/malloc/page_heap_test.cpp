@@ -255,8 +255,8 @@ std::string vm_flags_of(const void* p) {
 }
 
 // Small spans and large blocks come from separate arenas: once 32 MiB of small spans are in use
-// (and half of their arena) its regions (all of them, the first ones too) carry MADV_HUGEPAGE,
-// until the use falls below a quarter of the arena; large blocks' regions never do.
+// (and 7/8 of their arena) its regions (all of them, the first ones too) carry MADV_HUGEPAGE,
+// until the use falls below 3/4 of the arena; large blocks' regions never do.
 TEST(MallocPageHeap, SmallSpansGetHugePageAdviceWhileTheirArenaIsBigAndLargeBlocksNever) {
   {
     void* probe =
@@ -271,8 +271,8 @@ TEST(MallocPageHeap, SmallSpansGetHugePageAdviceWhileTheirArenaIsBigAndLargeBloc
   span* first = heap.allocate_span(1);
   ASSERT_NE(first, nullptr);
   std::vector<span*> spans;
-  for (int i = 0; i < 24; ++i) {  // 24 x 255 pages: 48 MiB of small spans
-    span* s = heap.allocate_span(255);
+  for (int i = 0; i < 31; ++i) {  // 31 x 2 MiB: 62 MiB of small spans in 64 MiB of regions
+    span* s = heap.allocate_span(256);
     ASSERT_NE(s, nullptr);
     spans.push_back(s);
   }
