@@ -2,10 +2,12 @@
 // regions, a pagemap from any address to its span, coalescing of free spans, and returning free
 // memory to the kernel (madvise). It never calls malloc: its own bookkeeping comes from mmap.
 //
-// Large allocations (above the size classes) are spans of the same heap: carved from the same
-// regions, freed into the same coalescing free lists, so a freed block's memory is reused by the
-// next allocation of any size without a system call, and returned to the kernel by the same
-// decay. Growing one in place takes pages from the free span after it.
+// Two arenas: small spans (the size classes') and large allocations (above them) are carved
+// from regions of their own, with free lists of their own, and never merge (small spans' regions
+// are 2 MiB-aligned and get huge page advice while the arena is big and nearly all in use:
+// page_heap.cpp). A freed large block's memory is reused by the next large allocation without a
+// system call, and both arenas' free memory is returned to the kernel by the same decay and
+// bound. Growing a large block in place takes pages from the free span after it.
 //
 // Returning free memory (decay): a free span stays backed, ready for the next allocation
 // without a page fault, until it has been free for kDecayNs (release_older_than(), run by the
@@ -50,8 +52,9 @@ struct span {
   state kind = state::free;
   std::uint8_t size_class = 0;  ///< for small spans
   bool released = false;        ///< free and returned to the kernel (reads as zero when reused)
-  /// Carved from a region of the small spans' arena (huge-page advised once the arena is big),
-  /// else from one of the large blocks' arena: the arenas' spans never merge.
+  /// Carved from a region of the small spans' arena (huge-page advised while that arena is big
+  /// and nearly all in use), else from one of the large blocks' arena: the arenas' spans never
+  /// merge.
   bool small_arena = false;
   /// Small spans: objects out of the span (in caches or with users); kept by the central free
   /// list, with free_map.
