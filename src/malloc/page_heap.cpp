@@ -52,15 +52,14 @@ pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 span* g_free_exact[2][kExactLists + 1];  // by arena, then pages; doubly linked
 span* g_free_long[2];                    // longer than kExactLists pages, by arena
 // The small arena's regions, for its huge page advice (all of them: they are never unmapped
-// but by unmap_free_locked(), which freezes the advice), and the bytes they map.
+// but by unmap_free_locked(), which freezes the advice); their bytes and the advice's state are
+// g_stats.small_arena and g_stats.huge_advice.
 struct small_region {
   char* base;
   std::size_t bytes;
   small_region* next;
 };
 small_region* g_small_regions;
-std::size_t g_small_mapped;
-bool g_huge_advice;    // the small arena's regions are advised MADV_HUGEPAGE now
 bool g_advice_frozen;  // part of the small arena was unmapped: its addresses may be another
                        // mapping's now, so the regions' advice stays as it is
 span* g_spare_spans;   // recycled span structs
@@ -300,10 +299,10 @@ span* page_heap_t::grow(std::size_t pages, bool small_arena) {
 // and advised at once while the advice holds. (Without memory for its record, it keeps the
 // advice it gets now.)
 void page_heap_t::note_small_region(char* base, std::size_t bytes) {
-  g_small_mapped += bytes;
+  g_stats.small_arena += bytes;
   if (void* m = meta_alloc_locked(sizeof(small_region)))
     g_small_regions = new (m) small_region{base, bytes, g_small_regions};
-  if (g_huge_advice) madvise(base, bytes, MADV_HUGEPAGE);
+  if (g_stats.huge_advice) madvise(base, bytes, MADV_HUGEPAGE);
 }
 
 // Gives or withdraws the small arena's huge page advice as its use has changed (see
@@ -314,11 +313,11 @@ void page_heap_t::note_small_region(char* base, std::size_t bytes) {
 static void update_huge_advice_locked() {
   if (g_advice_frozen) return;
   const std::size_t used = g_stats.in_use;
-  bool on = g_huge_advice;
-  if (!on && used >= kHugeAdviceFrom && used >= g_small_mapped / 8 * 7) on = true;
-  if (on && used < g_small_mapped / 4 * 3) on = false;
-  if (on == g_huge_advice) return;
-  g_huge_advice = on;
+  bool on = g_stats.huge_advice;
+  if (!on && used >= kHugeAdviceFrom && used >= g_stats.small_arena / 8 * 7) on = true;
+  if (on && used < g_stats.small_arena / 4 * 3) on = false;
+  if (on == g_stats.huge_advice) return;
+  g_stats.huge_advice = on;
   ++g_stats.huge_advice_changes;
   for (small_region* r = g_small_regions; r != nullptr; r = r->next)
     madvise(r->base, r->bytes, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
@@ -342,7 +341,7 @@ std::size_t page_heap_t::unmap_free_locked() {
       for (std::size_t i = 0; i < s->pages; ++i) set_pagemap(s->first_page + i, nullptr);
       g_stats.mapped -= s->bytes();
       if (s->small_arena) {
-        g_small_mapped -= s->bytes();
+        g_stats.small_arena -= s->bytes();
         g_advice_frozen = true;
       }
       bytes += s->bytes();
@@ -618,10 +617,7 @@ std::size_t page_heap_t::release_locked(std::size_t keep_bytes, std::int64_t old
 
 page_heap_stats page_heap_t::stats() {
   locked l;
-  page_heap_stats s = g_stats;
-  s.small_arena = g_small_mapped;
-  s.huge_advice = g_huge_advice;
-  return s;
+  return g_stats;
 }
 
 }  // namespace percpu::malloc_impl
