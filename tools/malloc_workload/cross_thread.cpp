@@ -90,10 +90,8 @@ result run_larson(const params& p) {
       delete[] victim;
       victim = larson_new(warm, 0);
     }
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < n; ++i)  // owner stays 0: the main thread's
       states[i / kLarsonBlocks].block[i % kLarsonBlocks] = all[i];
-      states[i / kLarsonBlocks].owner[i % kLarsonBlocks] = 0;
-    }
   }
   std::mutex next_lock;
   std::vector<std::thread> threads;
