@@ -69,10 +69,13 @@ void central_insert(std::size_t cls, void* const* objects, std::size_t n) noexce
 std::size_t central_release_transfer(std::size_t cls) noexcept;
 
 /// A snapshot of class `cls`'s spans, free objects in them, and transfer-cache objects (takes
-/// the class's locks).
+/// the class's locks; all zero, touching nothing, for a class never used).
 central_stats central_stats_of(std::size_t cls) noexcept;
 
-/// Every class's locks, taken across fork() by the allocator's fork handlers.
+/// The locks of every class used so far, taken across fork() by the allocator's fork handlers,
+/// with the lock that keeps other classes from becoming used until central_unlock_all(). A class
+/// never used has no thread inside its locks and no objects, so its state (a page per lock) is
+/// not touched: a process that forks keeps that memory unbacked.
 void central_lock_all() noexcept;
 void central_unlock_all() noexcept;
 

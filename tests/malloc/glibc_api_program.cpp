@@ -12,6 +12,13 @@
 //                  allocations between) while the main thread forks N children; each child
 //                  calls the three once and exits; a child still running after 10 s is killed:
 //                  "children N ok K hung H"
+//   fork-first-use N
+//                  4 threads allocate and free every small size, the first time as fast as
+//                  they can, while the main thread forks N children; each child allocates and frees a
+//                  block of every small size and exits; a child still running after 10 s is
+//                  killed: "children N ok K hung H"
+//   fork-anon      the anonymous memory (/proc/self/smaps_rollup) a fork adds to a process that
+//                  used one size: "anon_growth_kib K"
 //   cancel-introspection N
 //                  N times: a thread looping mallinfo2(), malloc_info(), malloc_stats() and
 //                  usleep(50) is cancelled (deferred) and joined: "cancelled N"
@@ -32,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -124,6 +132,74 @@ int fork_introspection(int children) {
   return ok == children ? 0 : 1;
 }
 
+// Every size percpu malloc serves from its size classes (16 bytes to 256 KiB), a few per class.
+std::vector<std::size_t> small_sizes() {
+  std::vector<std::size_t> sizes;
+  for (std::size_t s = 16; s <= (std::size_t{256} << 10); s += s < 1024 ? 16 : s / 8)
+    sizes.push_back(s);
+  return sizes;
+}
+
+int fork_first_use(int children) {
+  const std::vector<std::size_t> sizes = small_sizes();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> users;
+  for (std::size_t t = 0; t < 4; ++t)
+    users.emplace_back([&, t] {
+      for (std::size_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        const std::size_t size = sizes[(i * 4 + t) % sizes.size()];
+        void* p = std::malloc(size);
+        if (p == nullptr) std::abort();
+        std::memset(p, 1, size < 64 ? size : 64);
+        std::free(p);
+        if (i >= sizes.size()) usleep(500);  // the first uses as fast as they come
+      }
+    });
+  int ok = 0, hung = 0;
+  for (int i = 0; i < children; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(10);
+      for (std::size_t size : sizes) std::free(std::malloc(size));
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ++ok;
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) ++hung;
+  }
+  stop = true;
+  for (std::thread& t : users) t.join();
+  std::printf("children %d ok %d hung %d\n", children, ok, hung);
+  return ok == children ? 0 : 1;
+}
+
+long anonymous_kib() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::strncmp(line, "Anonymous:", 10) == 0) kib = std::atol(line + 10);
+  std::fclose(f);
+  return kib;
+}
+
+int fork_anon() {
+  void* p = std::malloc(100);
+  std::memset(p, 1, 100);
+  const long before = anonymous_kib();
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  const long after = anonymous_kib();
+  std::free(p);
+  if (before < 0 || after < 0) return 1;
+  std::printf("anon_growth_kib %ld\n", after - before);
+  return 0;
+}
+
 int cancel_introspection(int rounds) {
   FILE* sink = std::fopen("/dev/null", "w");
   if (sink == nullptr) return 1;
@@ -180,11 +256,14 @@ int main(int argc, char** argv) {
   if (what == "deepbind" && argc == 3) return deepbind(argv[2]);
   if (what == "info" && argc == 2) return info();
   if (what == "fork-introspection" && argc == 3) return fork_introspection(std::atoi(argv[2]));
+  if (what == "fork-first-use" && argc == 3) return fork_first_use(std::atoi(argv[2]));
+  if (what == "fork-anon" && argc == 2) return fork_anon();
   if (what == "cancel-introspection" && argc == 3) return cancel_introspection(std::atoi(argv[2]));
   if (what == "background" && argc == 2) return background();
-  std::fprintf(stderr,
-               "usage: %s deepbind LIB | info | fork-introspection N | cancel-introspection N | "
-               "background\n",
-               argv[0]);
+  std::fprintf(
+      stderr,
+      "usage: %s deepbind LIB | info | fork-introspection N | fork-first-use N | fork-anon | "
+      "cancel-introspection N | background\n",
+      argv[0]);
   return 2;
 }
