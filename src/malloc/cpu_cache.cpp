@@ -104,7 +104,7 @@ bool lower_capacity(int index, std::size_t cls, std::intptr_t cap, std::intptr_t
 }  // namespace
 
 std::atomic<std::intptr_t*> cache_layout::g_regions{nullptr};
-std::atomic<std::intptr_t*> cache_layout::g_fast_regions{nullptr};
+std::intptr_t* cache_layout::g_fast_stacks[kClassCount] = {};
 std::intptr_t cache_layout::g_area_offset = 0;
 std::intptr_t cache_layout::g_index_offset = 0;
 
@@ -137,7 +137,9 @@ bool cache_init() noexcept {
   if (off != 0) {
     cache_layout::g_area_offset = off;
     cache_layout::g_index_offset = percpu::detail::g_hot.mm_cid_index_offset;
-    cache_layout::g_fast_regions.store(static_cast<std::intptr_t*>(m), std::memory_order_release);
+    for (std::size_t cls = 1; cls < kClassCount; ++cls)
+      __atomic_store_n(&cache_layout::g_fast_stacks[cls],
+                       static_cast<std::intptr_t*>(m) + kOffsets[cls], __ATOMIC_RELEASE);
   }
   return true;
 }

@@ -92,11 +92,12 @@ inline constexpr std::size_t kRegionBytes = kRegionWords * sizeof(std::intptr_t)
 
 /// The regions of all indices (index i's at i * kRegionWords); null until cache_init().
 extern PERCPU_MALLOC_HIDDEN std::atomic<std::intptr_t*> g_regions;
-/// g_regions again, for the fast paths: published only when the process has an rseq area,
-/// after the two offsets below.
-extern PERCPU_MALLOC_HIDDEN std::atomic<std::intptr_t*> g_fast_regions;
+/// Each class's stack in index 0's region (g_regions + kOffsets[cls]), for the fast paths: one
+/// load gives the address they index from. Published (with __atomic builtins) only when the
+/// process has an rseq area, after the two offsets below; null before, and for class 0.
+extern PERCPU_MALLOC_HIDDEN std::intptr_t* g_fast_stacks[kClassCount];
 /// The rseq area's offset from the thread pointer, and the index field's (mm_cid where the
-/// kernel provides it, else cpu_id): set before g_fast_regions is published, fixed afterwards.
+/// kernel provides it, else cpu_id): set before g_fast_stacks is published, fixed afterwards.
 extern PERCPU_MALLOC_HIDDEN std::intptr_t g_area_offset;
 extern PERCPU_MALLOC_HIDDEN std::intptr_t g_index_offset;
 
@@ -111,9 +112,8 @@ extern PERCPU_MALLOC_HIDDEN std::intptr_t g_index_offset;
 __attribute__((always_inline)) inline arch::current_result cache_pop_fast(std::size_t cls,
                                                                           void*& out) noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
-  std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
-  if (regions != nullptr) {
-    std::intptr_t* first = regions + cache_layout::kOffsets[cls];
+  std::intptr_t* first = __atomic_load_n(&cache_layout::g_fast_stacks[cls], __ATOMIC_ACQUIRE);
+  if (PERCPU_LIKELY(first != nullptr)) {
     std::intptr_t v = 0;
     const auto r = arch::current_stack_pop<cache_layout::kRegionBytes>(
         cache_layout::g_area_offset, cache_layout::g_index_offset, first, v);
@@ -131,9 +131,8 @@ __attribute__((always_inline)) inline arch::current_result cache_pop_fast(std::s
 __attribute__((always_inline)) inline arch::current_result cache_push_fast(std::size_t cls,
                                                                            void* p) noexcept {
 #if defined(__x86_64__) || defined(__aarch64__)
-  std::intptr_t* regions = cache_layout::g_fast_regions.load(std::memory_order_acquire);
-  if (regions != nullptr) {
-    std::intptr_t* first = regions + cache_layout::kOffsets[cls];
+  std::intptr_t* first = __atomic_load_n(&cache_layout::g_fast_stacks[cls], __ATOMIC_ACQUIRE);
+  if (PERCPU_LIKELY(first != nullptr)) {
     const auto v = reinterpret_cast<std::intptr_t>(p);
     // The capacity word lies at a fixed distance below the stack, in the index's header.
     const std::intptr_t cap_offset = cache_layout::kCapOffsets[cls];
