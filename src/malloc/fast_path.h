@@ -77,20 +77,19 @@ __attribute__((always_inline)) inline void* allocate_inline(std::size_t size) no
 }
 
 /// The per-CPU cache's part of allocate_inline() alone, for sizes up to kSmallLimit: the object
-/// when the cache's section commits, else nullptr with `aborted` telling whether the section
-/// aborted (for the statistics), leaving every slow path to the caller. A caller with work to do
-/// after a failure (operator new's new-handler loop) then needs no stack frame on its fast path,
-/// as allocate_inline's tail call does not.
-__attribute__((always_inline)) inline void* allocate_cached(std::size_t size,
-                                                            bool& aborted) noexcept {
-  aborted = false;
-  if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return nullptr;
+/// when the cache's section commits (a fault found in it stops the process through a tail call
+/// to slow::pop_fault), else `refused(r == aborted)`, the caller's slow path, also in tail
+/// position. A caller with more to do after a failure than allocate_inline's slow paths
+/// (operator new's new-handler loop) then still needs no stack frame on its fast path.
+template <typename Refused>
+__attribute__((always_inline)) inline void* allocate_cached(
+    std::size_t size, Refused refused) noexcept(noexcept(refused(false))) {
+  if (PERCPU_UNLIKELY(size > detail::kSmallLimit)) return refused(false);
   void* p;
   const arch::current_result r = cache_pop_fast(detail::small_class_of(size), p);
   if (PERCPU_LIKELY(r == arch::current_result::committed))
     return PERCPU_LIKELY(take_for_user(p)) ? p : slow::pop_fault(p);
-  aborted = r == arch::current_result::aborted;
-  return nullptr;
+  return refused(r == arch::current_result::aborted);
 }
 
 /// free(p): a small object back onto the per-CPU cache after its check (the start of an object

@@ -155,14 +155,11 @@ __attribute__((noinline)) void* new_retry(std::size_t size, std::size_t alignmen
 }
 
 // operator new: the per-CPU cache's pop inline, everything else (refills, large blocks, an
-// aborted section, the new-handler loop) out of line behind one tail call, so that the fast path
-// has no stack frame.
-inline void* new_or_throw(std::size_t size, std::size_t alignment) {
-  bool aborted = false;
-  if (PERCPU_LIKELY(alignment <= 16)) {
-    if (void* p = pm::allocate_cached(size, aborted); PERCPU_LIKELY(p != nullptr)) return p;
-  }
-  return new_retry(size, alignment, aborted);
+// aborted section, the new-handler loop, alignments above 16) out of line behind one tail call,
+// so that the fast path has no stack frame.
+__attribute__((always_inline)) inline void* new_or_throw(std::size_t size, std::size_t alignment) {
+  if (PERCPU_UNLIKELY(alignment > 16)) return new_retry(size, alignment, false);
+  return pm::allocate_cached(size, [size](bool aborted) { return new_retry(size, 16, aborted); });
 }
 
 void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
