@@ -43,7 +43,7 @@ void count_flush(std::size_t cls) noexcept;
 /// allocated.
 void count_leaked_free() noexcept;
 
-/// Collects the statistics (takes every class's lock in turn, and the page heap's).
+/// Collects the statistics (takes each used class's locks in turn, and the page heap's).
 void collect_stats(malloc_stats& out) noexcept;
 
 /// Writes the statistics as text to file descriptor `fd`: a summary of the layers, then a line
