@@ -30,18 +30,18 @@ pass() {
   "$@" ctest --test-dir build/release --output-on-failure -j "$jobs"
 }
 
-status=0
-PERCPU_EXPECT=glibc pass "glibc's rseq area" env || status=1
+failed=()   # the passes that failed, named at the end
+PERCPU_EXPECT=glibc pass "glibc's rseq area" env || failed+=("glibc's rseq area")
 PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 \
-  pass "percpu's own rseq area (glibc.pthread.rseq=0)" env || status=1
+  pass "percpu's own rseq area (glibc.pthread.rseq=0)" env || failed+=("percpu's own rseq area")
 PERCPU_EXPECT=fallback pass "fallback mode (rseq denied by seccomp: ENOSYS)" \
-  "$cli" deny-rseq --errno ENOSYS -- || status=1
+  "$cli" deny-rseq --errno ENOSYS -- || failed+=("fallback mode")
 
 echo
 echo "=== debug pass: -O0 sections and checked structures (double-push detection on) ==="
 cmake --preset debug >/dev/null
 cmake --build --preset debug
-PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" || status=1
+PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" || failed+=("debug")
 
 echo
 echo "=== tsan pass: the structure tests under ThreadSanitizer (hand-offs report no race) ==="
@@ -54,21 +54,30 @@ cmake --build build/tsan --target percpu_structure_tests
 tsan=(env TSAN_OPTIONS="halt_on_error=1 exitcode=66" PERCPU_EXPECT=glibc
   build/tsan/tests/percpu_structure_tests)
 if setarch "$(uname -m)" -R true 2>/dev/null; then tsan=(setarch "$(uname -m)" -R "${tsan[@]}"); fi
-"${tsan[@]}" || status=1
+"${tsan[@]}" || failed+=("tsan")
 
 echo
 echo "=== stress pass: delay injection inside the critical sections ==="
 cmake --preset stress >/dev/null
 cmake --build --preset stress
-build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts || status=1
+build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts ||
+  failed+=("stress")
 
 echo
 echo "=== the benchmark report, short form: every suite (malloc: every workload under every"
 echo "    allocator), plots, summary ==="
 rm -rf build/report-check
-"$cli" bench --quick --repetitions 3 --out build/report-check || status=1
-tests/tools/report_check.sh build/report-check || status=1
+"$cli" bench --quick --repetitions 3 --out build/report-check || failed+=("benchmark report")
+tests/tools/report_check.sh build/report-check || failed+=("report check")
 
 echo
-if [ $status -eq 0 ]; then echo "all test passes succeeded"; else echo "a test pass FAILED"; fi
-exit $status
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "all test passes succeeded"
+  exit 0
+fi
+echo "FAILED: $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')"
+echo "(ctest's list \"The following tests FAILED\" above names each test; rerun one with"
+echo " ctest --test-dir build/release --output-on-failure -R 'NAME', in the failed pass's"
+echo " environment: GLIBC_TUNABLES=glibc.pthread.rseq=0 for percpu's own area, or"
+echo " $cli deny-rseq --errno ENOSYS -- ctest ... for fallback mode)"
+exit 1
