@@ -14,8 +14,8 @@
 //                  "children N ok K hung H"
 //   fork-first-use N
 //                  4 threads allocate and free every small size, the first time as fast as
-//                  they can, while the main thread forks N children; each child allocates and frees a
-//                  block of every small size and exits; a child still running after 10 s is
+//                  they can, while the main thread forks N children; each child allocates and frees
+//                  a block of every small size and exits; a child still running after 10 s is
 //                  killed: "children N ok K hung H"
 //   fork-anon      the anonymous memory (/proc/self/smaps_rollup) a fork adds to a process that
 //                  used one size: "anon_growth_kib K"
@@ -96,6 +96,24 @@ void introspect(FILE* sink) {
   malloc_stats();  // to standard error, which the callers send to /dev/null
 }
 
+enum class child_outcome { ok, hung, failed };
+
+// Forks a child that runs `work` and exits 0, killed by SIGALRM if it runs past 10 s; waits for
+// it.
+template <typename Work>
+child_outcome run_child(Work work) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(10);
+    work();
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return child_outcome::ok;
+  return WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? child_outcome::hung : child_outcome::failed;
+}
+
 int fork_introspection(int children) {
   FILE* sink = std::fopen("/dev/null", "w");
   if (sink == nullptr) return 1;
@@ -114,17 +132,12 @@ int fork_introspection(int children) {
   int ok = 0, hung = 0;
   for (int i = 0; i < children; ++i) {
     usleep(static_cast<useconds_t>(i % 7) * 100);  // land at different points of the loop
-    const pid_t pid = fork();
-    if (pid == 0) {
-      alarm(10);
+    const child_outcome c = run_child([sink] {
       introspect(sink);
       std::free(std::malloc(5000));
-      _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ++ok;
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) ++hung;
+    });
+    ok += c == child_outcome::ok;
+    hung += c == child_outcome::hung;
   }
   stop = true;
   pthread_join(looper, nullptr);
@@ -157,16 +170,11 @@ int fork_first_use(int children) {
     });
   int ok = 0, hung = 0;
   for (int i = 0; i < children; ++i) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      alarm(10);
+    const child_outcome c = run_child([&sizes] {
       for (std::size_t size : sizes) std::free(std::malloc(size));
-      _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) ++ok;
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) ++hung;
+    });
+    ok += c == child_outcome::ok;
+    hung += c == child_outcome::hung;
   }
   stop = true;
   for (std::thread& t : users) t.join();
