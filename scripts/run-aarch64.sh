@@ -50,7 +50,7 @@ done
 # such a child (qemu asserts `cpu == current_cpu` and in qemu_plugin_vcpu_init_hook; the child
 # hangs or dies, on every run), which says nothing about percpu; x86-64 runs it, and the VM with
 # --full.
-user_filter='-MallocAllocatorDeathTest.*:MallocCentralDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*:ProcessEvents.CPrograms*:StoppedThreads.ChildrenForkedDuringMalloc*:StoppedThreads.ChildrenForkedWhileThreadsRead*:StoppedThreads.Cancelling*:StoppedThreads.AWorkerPool*:StoppedThreads.MallocsBackground*'
+user_filter='-MallocAllocatorDeathTest.*:MallocCentralDeathTest.*:MallocLarge.*:MallocGlibcApi.*:Cli.*:PoolLimits.*:IndexSpace.*View*:IndexSpace.*Sysfs*:IndexSpace.*Startup*:RemoteDrain.Stress*:Debugger.*:ProcessEvents.CPrograms*:StoppedThreads.ChildrenForkedDuringMalloc*:StoppedThreads.ChildrenForkedWhileSizeClasses*:StoppedThreads.AForkLeavesTheState*:StoppedThreads.ChildrenForkedWhileThreadsRead*:StoppedThreads.Cancelling*:StoppedThreads.AWorkerPool*:StoppedThreads.MallocsBackground*'
 vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.ABreakpoint*:IndexSpace.StressUnder*:Cli.BenchOps*:StoppedThreads.ChildrenForked*'
 # The single-step test takes about 200 s under emulation (2 ms a step): the glibc-area pass runs
 # it, the percpu-area pass leaves it to --full.
