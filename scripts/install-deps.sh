@@ -5,8 +5,9 @@
 # linux-perf's `perf bench sched`: the context-switch check; gnuplot-nox: the report's plots;
 # valgrind: a worker pool joined from a static destructor, checked under it; oneTBB, Abseil and
 # liburcu: the locks `percpu bench readmostly` compares; prometheus-cpp: the optional exporter,
-# its HTTP scrape test and the histograms `percpu bench metrics` compares; clang: the headers and
-# the C API's test built by a second compiler).
+# its HTTP scrape test and the histograms `percpu bench metrics` compares; prometheus: its
+# promtool, Prometheus's own parser of the scrapes that test makes; clang: the headers and the C
+# API's test built by a second compiler).
 # Runs as root (apt-get); does nothing when everything is already present.
 set -euo pipefail
 
@@ -14,7 +15,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libseccomp-dev
-  libtbb-dev libabsl-dev liburcu-dev prometheus-cpp-dev
+  libtbb-dev libabsl-dev liburcu-dev prometheus-cpp-dev prometheus
   python3 sqlite3 git clang
   libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
   rt-tests linux-perf gnuplot-nox valgrind

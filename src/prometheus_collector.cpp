@@ -11,6 +11,39 @@
 namespace percpu {
 namespace {
 
+// True when `s` is well-formed UTF-8 as Unicode defines it (the check Prometheus's parser makes
+// with Go's utf8.ValidString): no stray continuation byte, no truncated sequence, no overlong
+// form, no surrogate (U+D800-U+DFFF), nothing above U+10FFFF.
+bool valid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* const end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p++;
+    if (c < 0x80) continue;
+    int more;
+    unsigned char lo = 0x80, hi = 0xbf;  // the range of the byte after the lead
+    if (c >= 0xc2 && c <= 0xdf) {
+      more = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      more = 2;
+      if (c == 0xe0) lo = 0xa0;  // overlong below U+0800
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      more = 3;
+      if (c == 0xf0) lo = 0x90;  // overlong below U+10000
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return false;  // a continuation byte, C0/C1 (overlong) or F5-FF
+    }
+    if (end - p < more) return false;
+    if (*p < lo || *p > hi) return false;
+    for (int i = 1; i < more; ++i)
+      if ((p[i] & 0xc0) != 0x80) return false;
+    p += more;
+  }
+  return true;
+}
+
 std::vector<::prometheus::ClientMetric::Label> to_labels(const prometheus_collector::labels& l) {
   std::vector<::prometheus::ClientMetric::Label> out;
   for (const auto& [k, v] : l) out.push_back({k, v});
@@ -74,10 +107,23 @@ void prometheus_collector::add(metric m) {
   if (!::prometheus::CheckMetricName(m.name))
     throw std::invalid_argument("percpu::prometheus_collector: not a metric name: '" + m.name +
                                 "'");
+  // prometheus-cpp writes the help text as it is (the text format wants "\\" and "\n" escaped
+  // there), so a backslash or a line feed would corrupt the scrape of every metric: refused, as
+  // is text Prometheus's parser rejects as not UTF-8.
+  if (m.help.find_first_of("\\\n") != std::string::npos)
+    throw std::invalid_argument("percpu::prometheus_collector: the help text of '" + m.name +
+                                "' holds a backslash or a line feed");
+  if (!valid_utf8(m.help))
+    throw std::invalid_argument("percpu::prometheus_collector: the help text of '" + m.name +
+                                "' is not UTF-8");
   for (const auto& [k, v] : m.l) {
     // "le" is the histogram's own bucket label; names starting "__" are Prometheus's.
     if (!::prometheus::CheckLabelName(k) || k == "le")
       throw std::invalid_argument("percpu::prometheus_collector: not a label name: '" + k + "'");
+    // prometheus-cpp escapes '\\', '"' and line feeds in values; the rest is written raw.
+    if (!valid_utf8(v))
+      throw std::invalid_argument("percpu::prometheus_collector: the value of label '" + k +
+                                  "' of '" + m.name + "' is not UTF-8");
   }
   const std::lock_guard<std::mutex> hold(mutex_);
   // A histogram's series are name_bucket, name_count and name_sum: no other family may use them.

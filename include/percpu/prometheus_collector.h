@@ -44,17 +44,21 @@ namespace percpu {
 ///   scrape.
 ///
 /// The objects must outlive their registration: remove() them (or destroy the collector)
-/// first. Errors: the add_ functions throw std::invalid_argument for a name or label that
-/// Prometheus does not allow, a (name, labels) pair already present, a name already used with
-/// another type or help text, a name that is one of a histogram's series (h_bucket, h_count,
-/// h_sum) or a histogram whose series are taken, or histogram bounds that are not finite and
-/// strictly increasing (the unit must be a normal number > 0); nothing is added then.
+/// first. Errors: the add_ functions throw std::invalid_argument for a name or label name that
+/// Prometheus does not allow, a label value or help text that is not UTF-8, a help text that
+/// holds a backslash or a line feed (prometheus-cpp writes help texts unescaped, and one such
+/// line would make the whole scrape unparsable), a (name, labels) pair already present, a name
+/// already used with another type or help text, a name that is one of a histogram's series
+/// (h_bucket, h_count, h_sum) or a histogram whose series are taken, or histogram bounds that are
+/// not finite and strictly increasing (the unit must be a normal number > 0); nothing is added
+/// then.
 ///
 /// Thread safety: every member may be called from any thread, Collect() (prometheus-cpp's
 /// scrape threads) concurrently with add and remove (one mutex); not async-signal-safe.
 class prometheus_collector : public ::prometheus::Collectable {
  public:
-  /// A metric's labels, name to value (values any UTF-8; prometheus-cpp escapes them).
+  /// A metric's labels, name to value (values any valid UTF-8, quotes, backslashes and line
+  /// feeds included: prometheus-cpp escapes them).
   using labels = std::map<std::string, std::string>;
   /// How a scrape reads a percpu_counter: sum() (exact, O(slots)) or read() (one load, within
   /// error_bound()).

@@ -1,5 +1,6 @@
 // The prometheus-cpp exporter end to end: percpu metrics registered with prometheus-cpp's own
-// Exposer on 127.0.0.1, scraped over HTTP, their values read back from the text format.
+// Exposer on 127.0.0.1, scraped over HTTP, their values read back from the text format, and the
+// scrape checked by Prometheus's own parser (`promtool check metrics`, Debian's prometheus).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -8,15 +9,19 @@
 
 #include <percpu/prometheus_collector.h>
 #include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "shell.h"
 
 namespace {
 
@@ -51,6 +56,24 @@ double sample(const std::string& text, const std::string& series) {
       return std::strtod(line.c_str() + series.size() + 1, nullptr);
   }
   return std::nan("");
+}
+
+// Prometheus's own parser on `text`: "" when it accepts it, else what promtool said. promtool
+// exits 1 for a text it cannot parse and 3 for lint advice alone (a counter without "_total"),
+// which a scrape may carry; PERCPU_PROMTOOL is the path CMake found.
+std::string promtool_rejects(const std::string& text) {
+  char path[] = "/tmp/percpu-scrape-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return "mkstemp failed";
+  close(fd);
+  std::ofstream(path, std::ios::binary) << text;
+  const auto r =
+      percpu::test::shell(std::string(PERCPU_PROMTOOL) + " check metrics < " + path + " 2>&1");
+  unlink(path);
+  if (!WIFEXITED(r.status)) return "promtool did not run: " + r.out;
+  const int code = WEXITSTATUS(r.status);
+  if (code == 0 || (code == 3 && r.out.find("error") == std::string::npos)) return "";
+  return "promtool exit " + std::to_string(code) + ": " + r.out;
 }
 
 TEST(PrometheusCollector, ScrapedOverHttpTheValuesMatch) {
@@ -103,6 +126,7 @@ TEST(PrometheusCollector, ScrapedOverHttpTheValuesMatch) {
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"1e-05\"}"), 8000) << text;
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"0.001\"}"), 8000) << text;
   EXPECT_EQ(sample(text, h + "_bucket{path=\"/\",le=\"+Inf\"}"), 12000) << text;
+  EXPECT_EQ(promtool_rejects(text), "") << text;
 
   // A later scrape sees later records; a removed metric is gone.
   latency.record(100);  // 1e-7 s: the first bound's own bucket
@@ -141,6 +165,59 @@ TEST(PrometheusCollector, BadRegistrationsAreRefusedAndChangeNothing) {
   ASSERT_EQ(families.size(), 1u);
   ASSERT_EQ(families[0].metric.size(), 2u);
   EXPECT_EQ(families[0].metric[1].counter.value, 3);
+}
+
+// Help texts and label values that would corrupt the text format are refused with nothing added;
+// what is accepted (any UTF-8 label value, quotes and backslashes included) scrapes as text that
+// Prometheus's parser takes, every metric of it.
+TEST(PrometheusCollector, TextThatWouldBreakTheScrapeIsRefusedTheRestParses) {
+  percpu::counter<std::int64_t> c;
+  percpu::percpu_counter<> b(8);
+  percpu::histogram<> h;
+  percpu::prometheus_collector col;
+  col.add_counter("kept_total", "A metric registered first.", {{"k", "v"}}, c);
+  std::ostringstream before;
+  prometheus::TextSerializer().Serialize(before, col.Collect());
+
+  EXPECT_THROW(col.add_counter("x_total", "help with \\ and\nmore", {}, c), std::invalid_argument);
+  EXPECT_THROW(col.add_counter("x_total", "a line\nfeed", {}, c), std::invalid_argument);
+  EXPECT_THROW(col.add_counter("x_total", "back\\slash", {}, c), std::invalid_argument);
+  EXPECT_THROW(col.add_gauge("x", "not UTF-8 \xc3(", {}, b), std::invalid_argument);
+  EXPECT_THROW(col.add_histogram("x", "two\nlines", {}, h, {1.0, 2.0}), std::invalid_argument);
+  for (const char* bad : {"\xff\xfe\xc3(", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                          "\xe2\x82", "\x80", "ok\xf8\x88\x80\x80\x80"})
+    EXPECT_THROW(col.add_counter("y_total", "help", {{"v", bad}}, c), std::invalid_argument)
+        << "label value " << ::testing::PrintToString(std::string(bad));
+  EXPECT_EQ(col.size(), 1u);
+  std::ostringstream after;
+  prometheus::TextSerializer().Serialize(after, col.Collect());
+  EXPECT_EQ(after.str(), before.str());
+
+  // Accepted: label values with the characters the format escapes, and any UTF-8.
+  c.add(7);
+  b.add(5);
+  h.record(3);
+  col.add_counter("kept_total", "A metric registered first.", {{"k", "quote \" back \\ nl \n"}}, c);
+  col.add_gauge("percpu_bytes",
+                "Bytes; UTF-8 help: \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \"q\"",
+                {{"path", "/caf\xc3\xa9"}, {"empty", ""}}, b);
+  col.add_histogram("percpu_size_bytes", "", {{"unit", "\xef\xbf\xbd"}}, h, {1.0, 4.0, 1e300});
+  EXPECT_EQ(col.size(), 4u);
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, col.Collect());
+  EXPECT_EQ(promtool_rejects(text.str()), "") << text.str();
+  EXPECT_NE(text.str().find("percpu_size_bytes_count{unit=\"\xef\xbf\xbd\"} 1"), std::string::npos)
+      << text.str();
+}
+
+// The checker itself: promtool refuses what the old exporter wrote (a raw line feed in a help
+// text, a label value that is not UTF-8), so the test above can fail.
+TEST(PrometheusCollector, PromtoolRefusesACorruptScrape) {
+  EXPECT_NE(
+      promtool_rejects("# HELP x_total help \\ and\nmore\n# TYPE x_total counter\nx_total 1\n"),
+      "");
+  EXPECT_NE(promtool_rejects("# TYPE y_total counter\ny_total{a=\"\xff\xfe\"} 1\n"), "");
+  EXPECT_EQ(promtool_rejects("# HELP z_total fine\n# TYPE z_total counter\nz_total 1\n"), "");
 }
 
 }  // namespace
