@@ -55,6 +55,10 @@ histogram_snapshot& histogram_snapshot::merge(const histogram_snapshot& other) {
   if (!(other.layout_ == layout_))
     throw std::invalid_argument(
         "percpu::histogram_snapshot::merge: the snapshots have different layouts");
+  // Every bucket is at most count_, so no bucket wraps when count_ does not.
+  if (other.count_ > UINT64_MAX - count_)
+    throw std::overflow_error(
+        "percpu::histogram_snapshot::merge: the count would pass 2^64 - 1 records");
   for (std::size_t i = 0; i < counts_.size(); ++i) counts_[i] += other.counts_[i];
   count_ += other.count_;
   sum_ += other.sum_;
@@ -68,7 +72,11 @@ void histogram_snapshot::reset() noexcept {
 }
 
 void histogram_snapshot::add_bucket(std::size_t i, std::uint64_t n) {
-  counts_.at(i) += n;
+  std::uint64_t& bucket = counts_.at(i);
+  if (n > UINT64_MAX - count_)
+    throw std::overflow_error(
+        "percpu::histogram_snapshot::add_bucket: the count would pass 2^64 - 1 records");
+  bucket += n;
   count_ += n;
 }
 

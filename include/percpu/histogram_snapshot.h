@@ -38,7 +38,9 @@ class histogram_snapshot {
   std::uint64_t bucket(std::size_t i) const { return counts_.at(i); }
   const std::vector<std::uint64_t>& buckets() const noexcept { return counts_; }
 
-  /// Number of values recorded: the sum of the buckets. O(1) (kept with the buckets).
+  /// Number of values recorded: the sum of the buckets. O(1) (kept with the buckets). It never
+  /// wraps: add_bucket() and merge() refuse a change that would take it past 2^64 - 1, so no
+  /// bucket wraps either and quantiles stay right.
   std::uint64_t count() const noexcept { return count_; }
   /// Sum of the recorded values (wraps modulo 2^64, as unsigned arithmetic does).
   std::uint64_t sum() const noexcept { return sum_; }
@@ -65,8 +67,9 @@ class histogram_snapshot {
   PERCPU_API std::uint64_t min() const noexcept;
   PERCPU_API std::uint64_t max() const noexcept;
 
-  /// Adds other's records to this one's. Throws std::invalid_argument, changing nothing, when
-  /// the layouts differ.
+  /// Adds other's records to this one's. Throws, changing nothing, std::invalid_argument when
+  /// the layouts differ and std::overflow_error when count() would pass 2^64 - 1 (sum() and
+  /// above_range() wrap modulo 2^64).
   PERCPU_API histogram_snapshot& merge(const histogram_snapshot& other);
 
   /// Empties it (the layout stays).
@@ -74,11 +77,13 @@ class histogram_snapshot {
 
   /// Adds `n` records to bucket i with total value `sum` and `above` of them above range: how
   /// a histogram fills a snapshot, and how tests and importers build one. Precondition:
-  /// i < layout().bucket_count() (std::out_of_range otherwise, nothing changed).
+  /// i < layout().bucket_count() (std::out_of_range otherwise, nothing changed). Throws
+  /// std::overflow_error, changing nothing, when count() would pass 2^64 - 1.
   PERCPU_API void add_bucket(std::size_t i, std::uint64_t n);
   /// Adds s to sum() (modulo 2^64); pair it with the add_bucket() calls of those values.
   void add_sum(std::uint64_t s) noexcept { sum_ += s; }
-  /// Adds n to above_range(); those values belong in the last bucket too (add_bucket()).
+  /// Adds n to above_range() (modulo 2^64); those values belong in the last bucket too
+  /// (add_bucket()).
   void add_above_range(std::uint64_t n) noexcept { above_ += n; }
 
  private:

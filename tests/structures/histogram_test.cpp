@@ -113,6 +113,30 @@ TEST(HistogramSnapshot, ValuesAboveTheRangeCountAboveItsTop) {
   EXPECT_EQ(s.above_range(), 1u);
 }
 
+// count() never wraps: a merge or an add that would take it past 2^64 - 1 records is refused,
+// changing nothing, so the buckets still sum to it and the quantiles stay right.
+TEST(HistogramSnapshot, ACountPast64BitsIsRefusedAndChangesNothing) {
+  const histogram_layout layout(3, 1000);
+  histogram_snapshot a(layout), b(layout);
+  a.add_bucket(1, UINT64_MAX - 1);
+  a.add_sum(7);
+  b.add_bucket(2, 2);
+  b.add_sum(5);
+  const std::vector<std::uint64_t> before = a.buckets();
+  EXPECT_THROW(a.merge(b), std::overflow_error);
+  EXPECT_THROW(a.add_bucket(0, 2), std::overflow_error);
+  EXPECT_EQ(a.count(), UINT64_MAX - 1);
+  EXPECT_EQ(a.buckets(), before);
+  EXPECT_EQ(a.sum(), 7u);
+  EXPECT_EQ(a.value_at_quantile(1.0), layout.highest(1));
+  a.add_bucket(2, 1);  // exactly 2^64 - 1: allowed
+  EXPECT_EQ(a.count(), UINT64_MAX);
+  EXPECT_EQ(a.max(), layout.highest(2));
+  histogram_snapshot empty(layout);
+  a.merge(empty);
+  EXPECT_EQ(a.count(), UINT64_MAX);
+}
+
 TEST(HistogramSnapshot, MergeAddsAndRefusesAnotherLayout) {
   histogram_snapshot a(histogram_layout(5, 10'000)), b(histogram_layout(5, 10'000));
   a.add_bucket(3, 2);
