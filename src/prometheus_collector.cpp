@@ -5,6 +5,8 @@
 #include <prometheus/check_names.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
@@ -42,6 +44,15 @@ bool valid_utf8(const std::string& s) {
     p += more;
   }
   return true;
+}
+
+// `v` as a scrape carries it: prometheus-cpp writes doubles with 16 significant digits, and
+// Prometheus reads that text back. Near the largest double the text rounds past it and reads
+// back as out of range (an unparsable scrape), and two close doubles read back as one.
+double as_written(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.16g", v);
+  return std::strtod(text, nullptr);
 }
 
 std::vector<::prometheus::ClientMetric::Label> to_labels(const prometheus_collector::labels& l) {
@@ -85,11 +96,15 @@ void prometheus_collector::add_distribution(
   if (!(std::isnormal(unit) && unit > 0))
     throw std::invalid_argument(
         "percpu::prometheus_collector: the unit must be a normal, finite number > 0");
+  // As written: bounds that print alike would make two buckets of one "le" value.
   for (std::size_t i = 0; i < upper_bounds.size(); ++i) {
-    if (!std::isfinite(upper_bounds[i]) || (i > 0 && !(upper_bounds[i] > upper_bounds[i - 1])))
+    const double b = as_written(upper_bounds[i]);
+    if (!std::isfinite(upper_bounds[i]) || !std::isfinite(b) ||
+        (i > 0 && !(b > as_written(upper_bounds[i - 1]))))
       throw std::invalid_argument(
           "percpu::prometheus_collector: histogram bounds must be finite and strictly "
-          "increasing (+Inf is added)");
+          "increasing as the text format writes them, to 16 significant digits (+Inf is "
+          "added)");
   }
   metric m{name,
            help,
@@ -176,7 +191,10 @@ std::vector<::prometheus::MetricFamily> prometheus_collector::Collect() const {
       histogram_snapshot s(m.layout);
       if (m.snapshot(s)) continue;  // no fence possible: left out of this scrape
       cm.histogram.sample_count = s.count();
-      cm.histogram.sample_sum = static_cast<double>(s.sum()) * m.unit;
+      // A sum the text cannot carry (past the largest double once written) is +Inf.
+      const double sum = static_cast<double>(s.sum()) * m.unit;
+      cm.histogram.sample_sum =
+          std::isfinite(as_written(sum)) ? sum : std::numeric_limits<double>::infinity();
       for (const double b : m.bounds) cm.histogram.bucket.push_back({cumulative(s, b, m.unit), b});
       cm.histogram.bucket.push_back({s.count(), std::numeric_limits<double>::infinity()});
     } else if (m.type == ::prometheus::MetricType::Counter) {

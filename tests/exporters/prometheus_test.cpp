@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -153,6 +154,14 @@ TEST(PrometheusCollector, BadRegistrationsAreRefusedAndChangeNothing) {
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0, INFINITY}), std::invalid_argument);
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0}, 0.0), std::invalid_argument);
   EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1.0}, 5e-324), std::invalid_argument);
+  // Bounds as the text format writes them (16 significant digits): two that print alike or read
+  // back alike, and one that prints past the largest double.
+  const double top = std::numeric_limits<double>::max();
+  EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {0.1, std::nextafter(0.1, 1.0)}),
+               std::invalid_argument);
+  EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {1e-11, std::nextafter(1e-11, 1.0)}),
+               std::invalid_argument);
+  EXPECT_THROW(col.add_histogram("lat", "help", {}, h, {top}), std::invalid_argument);
   // A histogram's series names are taken, both ways round.
   col.add_histogram("size", "help", {}, h, {1.0});
   EXPECT_THROW(col.add_counter("size_count", "help", {}, c), std::invalid_argument);
@@ -202,7 +211,9 @@ TEST(PrometheusCollector, TextThatWouldBreakTheScrapeIsRefusedTheRestParses) {
                 "Bytes; UTF-8 help: \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \"q\"",
                 {{"path", "/caf\xc3\xa9"}, {"empty", ""}}, b);
   col.add_histogram("percpu_size_bytes", "", {{"unit", "\xef\xbf\xbd"}}, h, {1.0, 4.0, 1e300});
-  EXPECT_EQ(col.size(), 4u);
+  // A unit so large that _sum would print past the largest double: served as +Inf.
+  col.add_histogram("percpu_huge", "", {}, h, {1.0}, std::numeric_limits<double>::max());
+  EXPECT_EQ(col.size(), 5u);
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, col.Collect());
   EXPECT_EQ(promtool_rejects(text.str()), "") << text.str();
