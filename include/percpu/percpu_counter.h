@@ -201,6 +201,9 @@ class percpu_counter : private detail::batched_core {
     // On the calling CPU's slot while the shared count is far enough below the limit that the
     // slots together cannot take the exact value past it.
     const std::intptr_t cap = fast_cap(n, limit);
+    // INT64_MIN may stand for a cap below every count, which the slot's check (count <= cap)
+    // would let a count of INT64_MIN pass: the shared count's path decides then.
+    if (PERCPU_UNLIKELY(cap == INT64_MIN)) return limited_add_shared(n, limit);
     const detail::current_result r = detail::current_capped_add<M>(
         slots_, &gate_, count_word(), cap, static_cast<std::intptr_t>(n), low_, span_);
     if (PERCPU_LIKELY(r == detail::current_result::committed)) return {true, {}};
@@ -220,8 +223,8 @@ class percpu_counter : private detail::batched_core {
     static_assert(sizeof(count_) == sizeof(std::intptr_t));
     return reinterpret_cast<const std::intptr_t*>(&count_);
   }
-  // The highest shared count at which the slots may take n: limit - error_bound() - n
-  // (saturated: below any count when the limit is that low).
+  // The highest shared count at which the slots may take n: limit - error_bound() - n,
+  // saturated at INT64_MIN (which limited_add_or_error() leaves to the shared path).
   std::intptr_t fast_cap(std::int64_t n, std::int64_t limit) const noexcept {
     const __int128 cap = __int128{limit} - bound_ - n;
     return cap < INT64_MIN ? INT64_MIN : static_cast<std::intptr_t>(cap);

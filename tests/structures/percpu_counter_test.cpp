@@ -141,6 +141,19 @@ TYPED_TEST(PercpuCounter, LimitedAddStopsExactlyAtTheLimit) {
   EXPECT_EQ(c.sum(), 100);
 }
 
+// Regression (tests/fuzz/c_api_fuzz): a limit so low that limit - error_bound() - n lies below
+// INT64_MIN. The slot path's cap saturated at INT64_MIN, which a shared count of INT64_MIN
+// passed, so the add went through past the limit.
+TYPED_TEST(PercpuCounter, LimitedAddNearInt64MinKeepsTheLimit) {
+  percpu::percpu_counter<TypeParam::value> c(1000);
+  c.add(INT64_MIN);  // at least the batch: the shared count
+  c.add(10);         // a slot, which has room for 72 more
+  EXPECT_FALSE(c.limited_add(72, INT64_MIN + 1));
+  EXPECT_EQ(c.sum(), INT64_MIN + 10);
+  EXPECT_TRUE(c.limited_add(1, INT64_MIN + 11));
+  EXPECT_EQ(c.sum(), INT64_MIN + 11);
+}
+
 // The budget: threads charge with limited_add() and release with sub(); a checker sees the
 // exact value at most the limit at every sample, the totals balance, and once the threads stop
 // the counter fills to exactly the limit (no room hides in a slot).
