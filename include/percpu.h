@@ -50,7 +50,11 @@ typedef enum percpu_index_mode {
   PERCPU_CPU_ID = 0,
   /** By the kernel's per-process concurrency id (Linux 6.3+; cpu_id before): indices in
    * [0, mm_cid_bound), kept close to 0. */
-  PERCPU_MM_CID = 1
+  PERCPU_MM_CID = 1,
+  /* Not modes: with them every int is a value of the type in C++ as it is in C, so that the
+   * library refuses any other mode a C caller passes (EINVAL) without undefined behaviour. */
+  PERCPU_INTERNAL_MODE_MIN = INT32_MIN,
+  PERCPU_INTERNAL_MODE_MAX = INT32_MAX
 } percpu_index_mode;
 
 /* ---- The getcpu cache -------------------------------------------------------------------- */

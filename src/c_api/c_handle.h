@@ -7,6 +7,7 @@
 #include <cxxabi.h>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <system_error>
@@ -61,10 +62,19 @@ struct handle {
   }
 };
 
+/// The tag at `h`, read as bytes: every handle starts with its tag. A handle of another type
+/// (whose alignment may be less than this one's: percpu_ref and percpu_rwsem want 64 bytes) is
+/// then refused without being accessed as a handle of this type.
+PERCPU_ALWAYS_INLINE std::uint32_t tag_at(const void* h) noexcept {
+  std::uint32_t tag;
+  std::memcpy(&tag, h, sizeof tag);
+  return tag;
+}
+
 /// True when `h` is a live handle of type H (a C handle type that derives from one).
 template <class H, class P>
 PERCPU_ALWAYS_INLINE bool valid(P* h) noexcept {
-  return h != nullptr && static_cast<const H*>(h)->tag == H::kTag;
+  return h != nullptr && tag_at(h) == H::kTag;
 }
 
 /// A mode the C API knows.

@@ -24,7 +24,9 @@ using counters = std::variant<percpu::counter<std::int64_t, index_mode::cpu_id>,
 
 struct percpu_counter {
   percpu_internal_counter_head head;
-  std::unique_ptr<counters> object;
+  // Owned: deleted with the handle. A plain pointer, since the handle must be standard-layout
+  // and libstdc++'s std::unique_ptr is not one under clang.
+  counters* object = nullptr;
 
   template <class F>
   PERCPU_ALWAYS_INLINE decltype(auto) with(F&& f) {
@@ -39,15 +41,20 @@ struct percpu_counter {
   }
 
   explicit percpu_counter(percpu_index_mode mode) {
-    object = mode == PERCPU_CPU_ID ? std::make_unique<counters>(std::in_place_index<0>)
-                                   : std::make_unique<counters>(std::in_place_index<1>);
-    const percpu::detail::slot_table t = with([](const auto& c) { return c.table(); });
+    std::unique_ptr<counters> o = mode == PERCPU_CPU_ID
+                                      ? std::make_unique<counters>(std::in_place_index<0>)
+                                      : std::make_unique<counters>(std::in_place_index<1>);
+    const percpu::detail::slot_table t = std::visit([](const auto& c) { return c.table(); }, *o);
     // The inline add computes a slot as base + (index << 6): a counter's own slots are one
     // cache line apart.
     if (t.stride != std::uintptr_t{1} << PERCPU_INTERNAL_COUNTER_SHIFT)
       throw std::logic_error("percpu_counter: slots are not a cache line apart");
+    object = o.release();
     head = {PERCPU_INTERNAL_COUNTER_TAG, static_cast<std::uint32_t>(mode), t.base};
   }
+  ~percpu_counter() { delete object; }
+  percpu_counter(const percpu_counter&) = delete;
+  percpu_counter& operator=(const percpu_counter&) = delete;
 };
 static_assert(std::is_standard_layout_v<percpu_counter> && offsetof(percpu_counter, head) == 0,
               "the C header reads the head at the handle's address");
@@ -56,7 +63,7 @@ namespace c = percpu::c_api;
 
 namespace {
 bool valid_counter(const percpu_counter* h) noexcept {
-  return h != nullptr && h->head.tag == PERCPU_INTERNAL_COUNTER_TAG;
+  return h != nullptr && percpu::c_api::tag_at(h) == PERCPU_INTERNAL_COUNTER_TAG;
 }
 }  // namespace
 
