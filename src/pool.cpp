@@ -429,8 +429,8 @@ char* pool_base::take_small(std::size_t cls, std::unique_lock<std::mutex>& lock)
   return p;
 }
 
-// The bytes of an object of `size` above kCachedMaxBytes: rounded up to one of eight sizes per
-// doubling (at most 12.5% more), so that freed objects of similar sizes serve each other, and
+// The bytes of an object of `size` above kCachedMaxBytes: rounded up to one of four sizes per
+// doubling (at most 25% more), so that freed objects of similar sizes serve each other, and
 // memory does not grow with the number of distinct sizes used.
 std::size_t pool_base::large_bytes(std::size_t size) const noexcept {
   const unsigned lg = static_cast<unsigned>(std::bit_width(size - 1));  // size <= 2^lg

@@ -83,7 +83,7 @@ class pool_base {
   pool_base(const pool_base&) = delete;
   pool_base& operator=(const pool_base&) = delete;
 
-  /// Allocates an object of `size` bytes (rounded up to 8 up to 256 bytes, to one of eight sizes
+  /// Allocates an object of `size` bytes (rounded up to 8 up to 256 bytes, to one of four sizes
   /// per doubling above; alignment 8) and returns the address of its slot 0. Every slot reads as
   /// zero, or as the `size` bytes at `init` when given (copying an init value touches the object's
   /// page in every slot). Throws std::invalid_argument for size 0 or above the stride,
@@ -107,7 +107,7 @@ class pool_base {
   /// allocations reuse it, zeroed. Throws std::invalid_argument for a pointer that is not in
   /// this pool (null included), and std::logic_error for a double free, a pointer that is not
   /// the start of a live object, or a size that rounds to another size than the allocation's
-  /// (sizes are rounded to 8 bytes up to 256, to eight sizes per doubling above); nothing
+  /// (sizes are rounded to 8 bytes up to 256, to four sizes per doubling above); nothing
   /// changes then. A free racing with another free of the same object is reported in one of
   /// the two.
   ///
