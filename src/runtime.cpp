@@ -23,6 +23,7 @@
 #include "fallback_mode.h"
 #include "fence.h"
 #include "fork_order.h"
+#include "glibc_tunables.h"
 #include "never_destroyed.h"
 #include "percpu/internal/arch.h"
 #include "percpu/internal/fallback.h"
@@ -125,8 +126,7 @@ std::string glibc_reason(bool symbols) {
   if (!symbols)
     return "the C library does not export __rseq_offset/__rseq_size (glibc before 2.35, or "
            "another libc)";
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables && std::strstr(tunables, "glibc.pthread.rseq=0"))
+  if (detail::tunables_disable_rseq(std::getenv("GLIBC_TUNABLES")))
     return "glibc's registration is disabled by GLIBC_TUNABLES=glibc.pthread.rseq=0";
   return "glibc did not register an area (its __rseq_size is 0: registration failed at start)";
 }

@@ -14,6 +14,7 @@
 #include <percpu/remote.h>
 
 #include "malloc/central.h"
+#include "malloc/env_parse.h"
 
 namespace percpu::malloc_impl {
 namespace {
@@ -31,18 +32,13 @@ std::size_t g_budget = kDefaultCacheBudget;  // set by the first cache_init()
 // Entries trim_stack() moves per fence: its copy lives on the caller's stack (2 KiB).
 constexpr std::size_t kTrimChunk = 256;
 
-// PERCPU_MALLOC_CPU_CACHE_BYTES: decimal digits only, at most 2^40; anything else keeps the
-// default and says so once on stderr (without allocating).
+// PERCPU_MALLOC_CPU_CACHE_BYTES: decimal digits only, at most 2^40 (env::parse_cache_budget());
+// anything else keeps the default and says so once on stderr (without allocating).
 std::size_t budget_from_environment() noexcept {
   const char* b = getenv("PERCPU_MALLOC_CPU_CACHE_BYTES");
   if (b == nullptr) return kDefaultCacheBudget;
   std::size_t v = 0;
-  bool ok = *b != '\0';
-  for (const char* c = b; ok && *c != '\0'; ++c) {
-    ok = *c >= '0' && *c <= '9' && v <= (std::size_t{1} << 40) / 10;
-    v = v * 10 + static_cast<std::size_t>(*c - '0');
-  }
-  if (ok && v <= (std::size_t{1} << 40)) return v;
+  if (env::parse_cache_budget(b, &v)) return v;
   static const char kWarning[] =
       "percpu malloc: PERCPU_MALLOC_CPU_CACHE_BYTES is not a byte count up to 2^40 (decimal "
       "digits only); using the default, 3 MiB\n";

@@ -11,6 +11,7 @@
 #include <new>
 
 #include "malloc/allocator.h"
+#include "malloc/env_parse.h"
 #include "malloc/fast_path.h"
 #include "malloc/stats.h"
 #include "percpu/malloc.h"
@@ -119,8 +120,7 @@ __attribute__((constructor)) void find_next_allocator() {
 // PERCPU_MALLOC_STATS_FILE=path appends them to that file instead (programs such as cat and ls
 // close stderr before exit). Neither allocates.
 __attribute__((destructor)) void print_stats_at_exit() {
-  const char* file = getenv("PERCPU_MALLOC_STATS_FILE");
-  if (file != nullptr && file[0] != '\0') {
+  if (const char* file = pm::env::stats_file(getenv("PERCPU_MALLOC_STATS_FILE"))) {
     const int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       pm::print_stats(fd);
@@ -131,8 +131,7 @@ __attribute__((destructor)) void print_stats_at_exit() {
     }
     return;
   }
-  const char* v = getenv("PERCPU_MALLOC_STATS");
-  if (v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0')) pm::print_stats(2);
+  if (pm::env::stats_enabled(getenv("PERCPU_MALLOC_STATS"))) pm::print_stats(2);
 }
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "cancel_disabled.h"
 #include "malloc/central.h"
 #include "malloc/cpu_cache.h"
+#include "malloc/env_parse.h"
 #include "malloc/page_heap.h"
 
 namespace percpu::malloc_impl {
@@ -80,10 +81,7 @@ void* background_main(void*) {
 }
 
 bool background_wanted() noexcept {
-  static const bool wanted = [] {
-    const char* v = getenv("PERCPU_MALLOC_BACKGROUND");
-    return v != nullptr && v[0] == '1' && v[1] == '\0';
-  }();
+  static const bool wanted = env::background_enabled(getenv("PERCPU_MALLOC_BACKGROUND"));
   return wanted;
 }
 
