@@ -12,7 +12,8 @@ cache=$1 suite=$2 arch=$3 flavour=$4 dest=$5
 deb=$("$(dirname "$0")/debian-fetch.sh" "$cache" "$suite" "$arch" "kernel:$flavour" | tail -1)
 rm -rf "$dest" && mkdir -p "$dest"
 dpkg-deb -x "$deb" "$dest"
-# boot/vmlinuz-VERSION in bookworm's and trixie's packages, usr/lib/modules/VERSION/vmlinuz in sid's.
+# boot/vmlinuz-VERSION in bullseye's, bookworm's and trixie's packages,
+# usr/lib/modules/VERSION/vmlinuz in sid's.
 vmlinuz=$(find "$dest" -type f \( -name 'vmlinuz-*' -o -name vmlinuz \) | head -1)
 [ -n "$vmlinuz" ] || { echo "debian-kernel: no vmlinuz in $deb" >&2; exit 1; }
 echo "$deb"

@@ -2,13 +2,14 @@
 # The kernel and glibc matrix: every Debian kernel and glibc percpu is tested on, one after the
 # other, each run's output in build/matrix/NAME.log, then a results table in Markdown (the
 # docs/testing.md's "Supported" table is written from such tables):
-#   x86-64 VMs (scripts/run-vm.sh): bookworm's 6.1, trixie's 6.12 and sid's newest kernel with
-#     8 CPUs in 2 NUMA nodes, and 6.1 with 6 of 16 possible CPUs and a hot-added CPU;
+#   x86-64 VMs (scripts/run-vm.sh): bullseye's 5.10, bookworm's 6.1, trixie's 6.12 and sid's
+#     newest kernel with 8 CPUs in 2 NUMA nodes, and 6.1 with 6 of 16 possible CPUs and a
+#     hot-added CPU;
 #   glibc 2.41 (trixie) and the newest (sid) on this machine's kernel (scripts/run-glibc.sh);
 #   aarch64 VMs (scripts/run-aarch64.sh): bookworm's 6.1 with the user-mode pass, as CI runs it,
 #     and sid's newest kernel (--vm-only).
 # Usage: scripts/run-matrix.sh [--short] [--only NAME,...]
-#   --short  the short form of every VM run (as CI): about 50 minutes here instead of hours
+#   --short  the short form of every VM run (as CI): about 55 minutes here instead of hours
 #   --only   these runs only, by the names of their logs (x86-64-sid-numa, glibc-trixie,
 #            aarch64-sid, ...)
 # Runs as root (packages, apt-get download). `.ci/run --full` runs this after the tests.
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-names=,x86-64-bookworm-numa,x86-64-trixie-numa,x86-64-sid-numa,x86-64-bookworm-hotplug,glibc-trixie,glibc-sid,aarch64-bookworm,aarch64-sid,
+names=,x86-64-bullseye-numa,x86-64-bookworm-numa,x86-64-trixie-numa,x86-64-sid-numa,x86-64-bookworm-hotplug,glibc-trixie,glibc-sid,aarch64-bookworm,aarch64-sid,
 for name in ${only//,/ }; do
   [[ $names == *,$name,* ]] || { echo "$0: no run named $name (runs: ${names:1:-1})" >&2; exit 2; }
 done
@@ -50,7 +51,7 @@ run() {
   rows+=("| $platform | ${kernel:-?} | ${glibc:-?} | $layout | $run_form | $result | $(( (SECONDS - start + 30) / 60 )) min |")
 }
 
-for suite in bookworm trixie sid; do
+for suite in bullseye bookworm trixie sid; do
   run "x86-64-$suite-numa" x86-64 "8 CPUs, 2 nodes" $form "build/vm/$suite-numa/console.log" \
     scripts/run-vm.sh --suite "$suite" --layout numa $full
 done

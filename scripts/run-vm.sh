@@ -8,10 +8,13 @@
 # hot-adds one through qemu's monitor while the stress runs. Results come back over the serial
 # console.
 #
-# Usage: scripts/run-vm.sh [--suite bookworm|trixie|sid] [--layout numa|hotplug|small] [--full]
-#                          [--kernel IMAGE] [--include DIR]... [--command 'CMD']
+# Usage: scripts/run-vm.sh [--suite bullseye|bookworm|trixie|sid] [--layout numa|hotplug|small]
+#                          [--full] [--kernel IMAGE] [--include DIR]... [--command 'CMD']
 #   --suite    the Debian suite whose cloud-amd64 kernel boots (default: sid, the newest, for
-#              the numa layout; bookworm for the hotplug layout, see below)
+#              the numa layout; bookworm for the hotplug layout, see below). bullseye's 5.10,
+#              the oldest, has rseq and membarrier's RSEQ fence (new in 5.10) but no
+#              AT_RSEQ_FEATURE_SIZE, so no node_id and no mm_cid (as 6.1); its cloud kernel
+#              has NUMA, so the numa layout fits it too
 #   --kernel   boots this kernel image instead of a Debian one (scripts/build-slice-kernel.sh's)
 #   --include  copies this folder into the initramfs at its own path (an unpacked glibc, say)
 #   --layout   numa: 8 CPUs in 2 NUMA nodes (default); hotplug: 6 of 16 possible CPUs online in
@@ -274,7 +277,14 @@ else
       "percpu-area stress" "fallback stress"; do
     grep -q "PERCPU-VM: $step exit 0" "$log" || { echo "VM $suite/$layout: $step FAILED"; status=1; }
   done
-  # percpu info: two nodes, possible CPUs (not online ones) sizing the index spaces.
+  # percpu info: rseq mode with membarrier's RSEQ fence (every suite's kernel is 5.10 or newer),
+  # and the fields the kernel's feature size allows: node_id and mm_cid where it reports one
+  # (6.3+), neither where it does not (5.10, 6.1).
+  grep -qE "^mode +rseq" "$log" && grep -qE "^membarrier RSEQ +yes" "$log" ||
+    { echo "VM $suite/$layout: percpu info did not show rseq mode with membarrier's RSEQ fence"; status=1; }
+  if grep -qE "^AT_RSEQ_FEATURE_SIZE 0 " "$log"; then fields="node_id no, mm_cid no"; else fields="node_id yes, mm_cid yes"; fi
+  grep -qE "^usable fields +cpu_id yes, $fields" "$log" || { echo "VM $suite/$layout: percpu info did not show usable fields cpu_id, $fields"; status=1; }
+  # Two nodes, possible CPUs (not online ones) sizing the index spaces.
   if [ "$layout" = numa ]; then possible=0-7 space=8; else possible=0-15 space=16; fi
   # Each node's online CPUs (the hotplug layout's CPU 3 is offline by then).
   if [ "$layout" = numa ]; then per_node="node 0: CPUs 0-3; node 1: CPUs 4-7"; else per_node="node 0: CPUs 0-2; node 1: CPUs 4-5"; fi

@@ -114,8 +114,16 @@ void print_info(const nlohmann::json& j) {
   fmt::print("AT_RSEQ_FEATURE_SIZE {}   AT_RSEQ_ALIGN {}   area extent {} bytes\n",
              r["at_rseq_feature_size"].get<unsigned long>(),
              r["at_rseq_align"].get<unsigned long>(), r["area_extent"].get<unsigned>());
+  if (r["at_rseq_feature_size"].get<unsigned long>() == 0)
+    fmt::print(
+        "  feature size    not reported by the kernel (before 6.3): it fills the original {} "
+        "bytes, no node_id, no mm_cid\n",
+        abi::kOriginalFeatureSize);
   fmt::print("usable fields     cpu_id {}, node_id {}, mm_cid {}\n", yes(f["cpu_id"]),
              yes(f["node_id"]), yes(f["mm_cid"]));
+  if (r["mode"] == "rseq" && !f["mm_cid"].get<bool>())
+    fmt::print("  instead         mm_cid mode uses cpu_id{}\n",
+               f["node_id"].get<bool>() ? "" : "; the node comes from getcpu()");
   fmt::print("membarrier RSEQ   {}\n", yes(r["membarrier_rseq"]));
   fmt::print("slice extension   {}\n", j["slice_extension"]["reason"].get<std::string>());
   const auto& c = j["current"];
