@@ -4,14 +4,15 @@
 #   2. GLIBC_TUNABLES=glibc.pthread.rseq=0: percpu registers its own area;
 #   3. under `percpu deny-rseq` (a seccomp filter failing rseq(2) with ENOSYS): fallback mode.
 # PERCPU_EXPECT tells each pass which mode the tests must find. Then runs the suite once more from
-# a debug build (unoptimized sections, checked structures), and the structure tests from a
+# a debug build (unoptimized sections, checked structures; not the package checks and the
+# preloaded real programs, which check no -O0 code), and the structure tests from a
 # ThreadSanitizer build (preset tsan; any race report fails it). Then builds the `stress` preset
 # (delay loops inside every critical section) and runs the short form of `percpu stress` on
 # every structure in both index modes, requiring aborts and zero lost. Last, the short form of
 # the benchmark report (`percpu bench --quick --repetitions 3`: every suite, the malloc
 # workloads under every allocator, where a crash or a corrupted object under percpu malloc
 # fails it, and the context-switch check), then tests/tools/report_check.sh checks the report's
-# summary, sections, PNG plots and JSON.
+# summary, sections, PNG plots and JSON. Prints each pass's time at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,17 +32,28 @@ pass() {
 }
 
 failed=()   # the passes that failed, named at the end
+times=()    # each pass's wall time, printed at the end
+mark=0  # the packages and the release build come first
+timed() { times+=("$(printf '  %-14s %3d:%02d' "$1" $(((SECONDS - mark) / 60)) $(((SECONDS - mark) % 60)))"); mark=$SECONDS; }
+timed build
 PERCPU_EXPECT=glibc pass "glibc's rseq area" env || failed+=("glibc's rseq area")
+timed glibc-area
 PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 \
   pass "percpu's own rseq area (glibc.pthread.rseq=0)" env || failed+=("percpu's own rseq area")
+timed own-area
 PERCPU_EXPECT=fallback pass "fallback mode (rseq denied by seccomp: ENOSYS)" \
   "$cli" deny-rseq --errno ENOSYS -- || failed+=("fallback mode")
+timed fallback
 
 echo
 echo "=== debug pass: -O0 sections and checked structures (double-push detection on) ==="
 cmake --preset debug >/dev/null
 cmake --build --preset debug
-PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" || failed+=("debug")
+# Leaves out the package and compiler checks (they check the build's products, not -O0 code)
+# and the real programs under the preload, which the three release passes run.
+PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" \
+  -E '^(Package|ApiChecks|MallocPreload)\.' || failed+=("debug")
+timed debug
 
 echo
 echo "=== tsan pass: the structure tests under ThreadSanitizer (hand-offs report no race) ==="
@@ -55,13 +67,15 @@ tsan=(env TSAN_OPTIONS="halt_on_error=1 exitcode=66" PERCPU_EXPECT=glibc
   build/tsan/tests/percpu_structure_tests)
 if setarch "$(uname -m)" -R true 2>/dev/null; then tsan=(setarch "$(uname -m)" -R "${tsan[@]}"); fi
 "${tsan[@]}" || failed+=("tsan")
+timed tsan
 
 echo
 echo "=== stress pass: delay injection inside the critical sections ==="
 cmake --preset stress >/dev/null
-cmake --build --preset stress
+cmake --build --preset stress --target percpu_cli  # the stress runs only the command
 build/stress/tools/percpu/percpu stress --short --inject-loops 400 --require-aborts ||
   failed+=("stress")
+timed stress
 
 echo
 echo "=== the benchmark report, short form: every suite (malloc: every workload under every"
@@ -69,7 +83,11 @@ echo "    allocator), plots, summary ==="
 rm -rf build/report-check
 "$cli" bench --quick --repetitions 3 --out build/report-check || failed+=("benchmark report")
 tests/tools/report_check.sh build/report-check || failed+=("report check")
+timed report
 
+echo
+echo "time of each pass (wall, building included):"
+printf '%s\n' "${times[@]}"
 echo
 if [ ${#failed[@]} -eq 0 ]; then
   echo "all test passes succeeded"
