@@ -119,7 +119,7 @@ void histogram_core::take_bank(int bank, bool keep) {
       } else if (k == kAbove) {
         total_.add_above_range(static_cast<std::uint64_t>(n));
       } else if (k >= kBucket0) {
-        total_.add_bucket(k - kBucket0, static_cast<std::uint64_t>(n));
+        total_.fold_bucket(k - kBucket0, static_cast<std::uint64_t>(n));
       }
     }
   }

@@ -14,6 +14,10 @@
 
 namespace percpu {
 
+namespace detail {
+class histogram_core;
+}  // namespace detail
+
 /// A plain value (copyable, movable, no link to the histogram it came from): one count per
 /// bucket of its layout, the sum of the recorded values and how many were above the range.
 ///
@@ -87,6 +91,15 @@ class histogram_snapshot {
   void add_above_range(std::uint64_t n) noexcept { above_ += n; }
 
  private:
+  friend class detail::histogram_core;
+  // A histogram's fold of its banks into its total: it must not throw (fork handlers run it), and
+  // the total of the records a histogram takes cannot reach 2^64 (centuries of records), so it
+  // leaves out add_bucket()'s check.
+  void fold_bucket(std::size_t i, std::uint64_t n) noexcept {
+    counts_[i] += n;
+    count_ += n;
+  }
+
   histogram_layout layout_;
   std::vector<std::uint64_t> counts_;
   std::uint64_t count_ = 0;
