@@ -45,16 +45,18 @@ extern "C" {
 #define PERCPU_C_API __attribute__((visibility("default")))
 
 /** How per-CPU data is indexed (percpu::index_mode). */
-typedef enum percpu_index_mode {
+typedef enum percpu_index_mode
+#ifdef __cplusplus
+    /* In C++ every int is then a value of the type, as in C, so that the library refuses any
+     * other mode a C caller passes (EINVAL) without undefined behaviour. */
+    : int
+#endif
+{
   /** By the CPU the thread runs on: indices in [0, cpu_id_bound). */
   PERCPU_CPU_ID = 0,
   /** By the kernel's per-process concurrency id (Linux 6.3+; cpu_id before): indices in
    * [0, mm_cid_bound), kept close to 0. */
-  PERCPU_MM_CID = 1,
-  /* Not modes: with them every int is a value of the type in C++ as it is in C, so that the
-   * library refuses any other mode a C caller passes (EINVAL) without undefined behaviour. */
-  PERCPU_INTERNAL_MODE_MIN = INT32_MIN,
-  PERCPU_INTERNAL_MODE_MAX = INT32_MAX
+  PERCPU_MM_CID = 1
 } percpu_index_mode;
 
 /* ---- The getcpu cache -------------------------------------------------------------------- */
