@@ -61,6 +61,20 @@ std::vector<::prometheus::ClientMetric::Label> to_labels(const prometheus_collec
   return out;
 }
 
+// True when two label sets name one series: Prometheus drops a label whose value is empty, so
+// {a=""} is {}.
+bool same_series(const prometheus_collector::labels& a, const prometheus_collector::labels& b) {
+  auto i = a.begin(), j = b.begin();
+  for (;;) {
+    while (i != a.end() && i->second.empty()) ++i;
+    while (j != b.end() && j->second.empty()) ++j;
+    if (i == a.end() || j == b.end()) return i == a.end() && j == b.end();
+    if (*i != *j) return false;
+    ++i;
+    ++j;
+  }
+}
+
 // The records at or below `bound` (exported units) of a histogram recorded in units worth `unit`.
 // A quotient within a few ulps of an integer is that integer (1e-7 / 1e-9 is 99.99999999999999).
 std::uint64_t cumulative(const histogram_snapshot& s, double bound, double unit) {
@@ -157,7 +171,7 @@ void prometheus_collector::add(metric m) {
     if (o.type != m.type || o.help != m.help)
       throw std::invalid_argument("percpu::prometheus_collector: '" + m.name +
                                   "' is registered with another type or help text");
-    if (o.l == m.l)
+    if (same_series(o.l, m.l))
       throw std::invalid_argument("percpu::prometheus_collector: '" + m.name +
                                   "' with these labels is registered already");
   }

@@ -47,13 +47,14 @@ namespace percpu {
 /// first. Errors: the add_ functions throw std::invalid_argument for a name or label name that
 /// Prometheus does not allow, a label value or help text that is not UTF-8, a help text that
 /// holds a backslash or a line feed (prometheus-cpp writes help texts unescaped, and one such
-/// line would make the whole scrape unparsable), a (name, labels) pair already present, a name
-/// already used with another type or help text, a name that is one of a histogram's series
-/// (h_bucket, h_count, h_sum) or a histogram whose series are taken, or histogram bounds that are
-/// not finite and strictly increasing as the text format writes them (16 significant digits:
-/// two bounds that print alike, or one that prints past the largest double, are refused; the
-/// unit must be a normal number > 0); nothing is added then. A histogram's _sum that would print
-/// past the largest double is served as +Inf.
+/// line would make the whole scrape unparsable), a (name, labels) pair already present (a label
+/// whose value is empty counts as absent, as Prometheus drops it), a name already used with another
+/// type or help text, a name that is one of a histogram's series (h_bucket, h_count, h_sum) or a
+/// histogram whose series are taken, or histogram bounds that are not finite and strictly
+/// increasing as the text format writes them (16 significant digits: two bounds that print alike,
+/// or one that prints past the largest double, are refused; the unit must be a normal number > 0);
+/// nothing is added then. A histogram's _sum that would print past the largest double is served as
+/// +Inf.
 ///
 /// Thread safety: every member may be called from any thread, Collect() (prometheus-cpp's
 /// scrape threads) concurrently with add and remove (one mutex); not async-signal-safe.

@@ -147,6 +147,9 @@ TEST(PrometheusCollector, BadRegistrationsAreRefusedAndChangeNothing) {
   EXPECT_THROW(col.add_counter("ok_total", "help", {{"a", "1"}}, c), std::invalid_argument);
   EXPECT_THROW(col.add_gauge("ok_total", "help", {{"a", "2"}}, c), std::invalid_argument);
   EXPECT_THROW(col.add_counter("ok_total", "other help", {{"a", "2"}}, c), std::invalid_argument);
+  // Prometheus drops a label with an empty value: {a="1", b=""} is the series {a="1"}.
+  EXPECT_THROW(col.add_counter("ok_total", "help", {{"a", "1"}, {"b", ""}}, c),
+               std::invalid_argument);
   EXPECT_THROW(col.add_counter("1bad", "help", {}, c), std::invalid_argument);
   EXPECT_THROW(col.add_counter("fine", "help", {{"bad-label", "x"}}, c), std::invalid_argument);
   EXPECT_THROW(col.add_histogram("lat", "help", {{"le", "x"}}, h, {1.0}), std::invalid_argument);

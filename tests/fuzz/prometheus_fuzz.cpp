@@ -378,7 +378,14 @@ std::optional<bool> refused(const std::vector<metric>& model, const metric& m) {
     if (shadows(o, m) || shadows(m, o)) return true;
     if (o.name != m.name) continue;
     if (type(o.k) != type(m.k) || o.help != m.help) return true;
-    if (o.l == m.l) return true;
+    // One series: Prometheus drops a label whose value is empty.
+    const auto named = [](const labels& l) {
+      labels out;
+      for (const auto& [k, v] : l)
+        if (!v.empty()) out.emplace(k, v);
+      return out;
+    };
+    if (named(o.l) == named(m.l)) return true;
   }
   return false;
 }
