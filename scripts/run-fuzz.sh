@@ -135,6 +135,7 @@ if [[ " ${targets[*]} " == *" prometheus_fuzz "* ]] && [ -x "$bin/prometheus_fuz
   promtool_line="promtool: ${#files[@]} distinct scrapes, $parse_errors parse errors, $lint with lint remarks only"
   echo "$promtool_line"
   [ $parse_errors -eq 0 ] || failed+=("promtool ($parse_errors scrapes)")
+  [ ${#files[@]} -gt 0 ] || failed+=("promtool (no scrape was written)")
 fi
 
 echo
