@@ -12,7 +12,7 @@
 # (default: 20 seconds each, every target: histogram_fuzz c_api_fuzz environment_fuzz
 # prometheus_fuzz). As root it installs what it needs (clang, libFuzzer's runtime, cmake,
 # ninja, prometheus-cpp, and prometheus for promtool). PERCPU_FUZZ_PROMTOOL_MAX (default 150)
-# caps the number of distinct scrapes promtool reads (each costs it about 0.1 s).
+# caps the number of distinct scrapes promtool reads (it starts once for each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

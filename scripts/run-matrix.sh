@@ -9,7 +9,7 @@
 #   aarch64 VMs (scripts/run-aarch64.sh): bookworm's 6.1 with the user-mode pass, as CI runs it,
 #     and sid's newest kernel (--vm-only).
 # Usage: scripts/run-matrix.sh [--short] [--only NAME,...]
-#   --short  the short form of every VM run (as CI): about 55 minutes here instead of hours
+#   --short  the short form of every VM run (as CI) instead of the full forms (hours)
 #   --only   these runs only, by the names of their logs (x86-64-sid-numa, glibc-trixie,
 #            aarch64-sid, ...)
 # Runs as root (packages, apt-get download). `.ci/run --full` runs this after the tests.
