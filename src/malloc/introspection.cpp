@@ -6,25 +6,25 @@
 #include "malloc/page_heap.h"
 #include "malloc/stats.h"
 
-#include <pthread.h>
-
 #include "cancel_disabled.h"
+#include "malloc/fork_fair_mutex.h"
 
 namespace percpu::malloc_impl {
 
 namespace {
 
-// One collector at a time (the stats below are shared); held across fork() (allocator.cpp).
-pthread_mutex_t g_figures_lock = PTHREAD_MUTEX_INITIALIZER;
+// One collector at a time (the stats below are shared); held across fork() (allocator.cpp),
+// which a thread collecting in a loop must not keep out (fork_fair_mutex.h).
+constinit fork_fair_mutex g_figures_lock;
 
 }  // namespace
 
 void figures_lock_for_fork() noexcept {
-  pthread_mutex_lock(&g_figures_lock);
+  g_figures_lock.lock_for_fork();
 }
 
 void figures_unlock_after_fork() noexcept {
-  pthread_mutex_unlock(&g_figures_lock);
+  g_figures_lock.unlock_after_fork();
 }
 
 heap_figures figures() noexcept {
@@ -32,7 +32,7 @@ heap_figures figures() noexcept {
   // collect_stats() reads /proc (open and read are cancellation points): a thread cancelled
   // there would unwind out of this noexcept function (std::terminate) holding the lock.
   percpu::detail::cancel_disabled no_cancel;
-  pthread_mutex_lock(&g_figures_lock);
+  g_figures_lock.lock();
   collect_stats(s);
   heap_figures f;
   f.mapped = s.heap.mapped;
@@ -45,7 +45,7 @@ heap_figures figures() noexcept {
     const std::size_t held = objects > free ? objects - free : 0;
     f.in_use += held * k.size;
   }
-  pthread_mutex_unlock(&g_figures_lock);
+  g_figures_lock.unlock();
   return f;
 }
 

@@ -2,7 +2,6 @@
 #include "malloc/stats.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include "cancel_disabled.h"
 #include "malloc/central.h"
 #include "malloc/cpu_cache.h"
+#include "malloc/fork_fair_mutex.h"
 #include "malloc/maintenance.h"
 
 namespace percpu::malloc_impl {
@@ -22,8 +22,9 @@ namespace {
 std::atomic<std::size_t> g_refills[kClassCount];
 std::atomic<std::size_t> g_flushes[kClassCount];
 std::atomic<std::size_t> g_leaked_frees;
-// One printer at a time (print_stats' storage is shared); held across fork() (allocator.cpp).
-pthread_mutex_t g_printing = PTHREAD_MUTEX_INITIALIZER;
+// One printer at a time (print_stats' storage is shared); held across fork() (allocator.cpp),
+// which a thread printing in a loop must not keep out (fork_fair_mutex.h).
+constinit fork_fair_mutex g_printing;
 
 // Resident pages from /proc/self/statm (second field), read without stdio.
 std::size_t rss_bytes() noexcept {
@@ -90,11 +91,11 @@ void collect_stats(malloc_stats& out) noexcept {
 }
 
 void stats_lock_for_fork() noexcept {
-  pthread_mutex_lock(&g_printing);
+  g_printing.lock_for_fork();
 }
 
 void stats_unlock_after_fork() noexcept {
-  pthread_mutex_unlock(&g_printing);
+  g_printing.unlock_after_fork();
 }
 
 void print_stats(int fd) noexcept {
@@ -102,7 +103,7 @@ void print_stats(int fd) noexcept {
   static malloc_stats s;
   // write() and the read of /proc are cancellation points: not in this noexcept function.
   percpu::detail::cancel_disabled no_cancel;
-  pthread_mutex_lock(&g_printing);
+  g_printing.lock();
   collect_stats(s);
   put(fd,
       "percpu malloc: rss %zu KiB; page heap: %zu KiB mapped, %zu KiB in spans, %zu KiB free, "
@@ -126,7 +127,7 @@ void print_stats(int fd) noexcept {
     put(fd, "%6zu %6zu %12zu %12zu %12zu %10zu %10zu %10zu\n", k.size, k.spans, k.free_in_spans,
         k.transfer_objects, k.cached_objects, k.capacity, k.refills, k.flushes);
   }
-  pthread_mutex_unlock(&g_printing);
+  g_printing.unlock();
 }
 
 }  // namespace percpu::malloc_impl
