@@ -58,7 +58,7 @@ done
 run x86-64-bookworm-hotplug x86-64 "6 of 16 CPUs, hole, hot-add" $form \
   build/vm/bookworm-hotplug/console.log scripts/run-vm.sh --suite bookworm --layout hotplug $full
 for suite in trixie sid; do
-  run "glibc-$suite" x86-64 "this machine" "every test" - scripts/run-glibc.sh --suite "$suite"
+  run "glibc-$suite" x86-64 "this machine" "every test in two areas, glibc's layers in fallback" - scripts/run-glibc.sh --suite "$suite"
 done
 # bookworm's aarch64 run includes the user-mode pass (fallback mode under qemu-user), as CI's.
 run aarch64-bookworm aarch64 "2 CPUs" $form build/aarch64-vm/console.log \
