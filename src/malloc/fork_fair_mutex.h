@@ -1,6 +1,6 @@
-// A mutex that fork()'s prepare handler can always take: the lock of percpu malloc's
-// introspection (mallinfo2, malloc_stats, malloc_info, the statistics printer), which a program
-// may call in a loop on one thread while another forks.
+// A mutex that fork()'s prepare handler takes without being starved: the lock of percpu
+// malloc's introspection (mallinfo2, malloc_stats, malloc_info, the statistics printer), which a
+// program may call in a loop on one thread while another forks.
 #pragma once
 
 #include <pthread.h>
@@ -17,6 +17,8 @@ namespace percpu::malloc_impl {
 /// Invariant: the turnstile is held by a lock() only between its two pthread calls, or by a
 /// fork from lock_for_fork() to unlock_after_fork(), which runs in the parent and in the child
 /// (there by the forking thread, the only one).
+/// Not async-signal-safe, like the mutex it replaces: a fork() from a signal handler that
+/// interrupted its own thread inside lock() or while it held the mutex deadlocks.
 class fork_fair_mutex {
  public:
   void lock() noexcept {
