@@ -15,8 +15,25 @@
 # fails it, and the context-switch check; one repetition, since here the report is checked, not
 # read: its figures come from scripts/run-main.sh), then tests/tools/report_check.sh checks the
 # report's summary, sections, PNG plots and JSON. Prints each pass's time at the end.
+#
+# Usage: scripts/run-tests.sh [--rounds N [--busy K]]
+#   --rounds N  only the four ctest passes (three modes, debug), N times over, beside K busy
+#               loops (default 0), then a table of each round's results and the tests that
+#               failed in any: the flaky-test check (docs/testing.md). Logs in build/rounds/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+rounds=0 busy=0
+usage="usage: $0 [--rounds N [--busy K]]"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }; rounds=$2; shift ;;
+    --busy) [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "$usage" >&2; exit 2; }; busy=$2; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ $busy -eq 0 ] || [ $rounds -gt 0 ] || { echo "$0: --busy goes with --rounds" >&2; exit 2; }
 
 scripts/install-deps.sh
 cmake --preset release >/dev/null
@@ -25,42 +42,91 @@ cmake --build --preset release
 cli=build/release/tools/percpu/percpu
 echo "kernel $(uname -r), $(nproc) CPUs"
 "$cli" info
-jobs=${PERCPU_TEST_JOBS:-1}   # 1: the abort tests want the CPUs to themselves
-# pass NAME [-E REGEX] COMMAND...: the suite under COMMAND (env, deny-rseq), less what REGEX names.
-pass() {
-  local name=$1 exclude=(); shift
-  [ "$1" = -E ] && { exclude=(-E "$2"); shift 2; }
-  echo
-  echo "=== test pass: $name ==="
-  "$@" ctest --test-dir build/release --output-on-failure -j "$jobs" ${exclude[@]+"${exclude[@]}"}
-}
+# Two tests at a time: a pass spends much of its time waiting on the programs its tests start
+# (valgrind, programs under the preload, forked children), and every test must pass beside two
+# busy loops (docs/testing.md), a heavier load than a second test.
+jobs=${PERCPU_TEST_JOBS:-2}
 # The checks of the build's products (the package's install and subproject builds, the
 # compile-time API checks) find the same in every mode: the first pass runs them.
 build_checks='^(Package|ApiChecks)\.'
+# The four ctest passes, each written once: the test command runs them once, --rounds N times.
+# release_pass [-E REGEX] COMMAND...: the suite under COMMAND (env, deny-rseq), less REGEX.
+release_pass() {
+  local exclude=()
+  [ "$1" = -E ] && { exclude=(-E "$2"); shift 2; }
+  "$@" ctest --test-dir build/release --output-on-failure -j "$jobs" ${exclude[@]+"${exclude[@]}"}
+}
+glibc_pass() { PERCPU_EXPECT=glibc release_pass env; }
+own_pass() {
+  PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 release_pass -E "$build_checks" env
+}
+fallback_pass() {
+  PERCPU_EXPECT=fallback release_pass -E "$build_checks" "$cli" deny-rseq --errno ENOSYS --
+}
+# Leaves out the package and compiler checks (they check the build's products, not -O0 code)
+# and the real programs under the preload, which the three release passes run.
+debug_pass() {
+  PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" \
+    -E '^(Package|ApiChecks|MallocPreload)\.'
+}
+build_debug() {
+  cmake --preset debug >/dev/null
+  cmake --build --preset debug
+}
 
+if [ $rounds -gt 0 ]; then
+  build_debug
+  mkdir -p build/rounds
+  busy_pids=()
+  for ((i = 0; i < busy; i++)); do
+    (while :; do :; done) &
+    busy_pids+=($!)
+  done
+  trap '[ ${#busy_pids[@]} -eq 0 ] || kill "${busy_pids[@]}" 2>/dev/null' EXIT
+  rows=() flaky=0
+  for ((r = 1; r <= rounds; r++)); do
+    for name in glibc own fallback debug; do
+      log=build/rounds/$r-$name.log start=$SECONDS result=passed
+      echo "=== round $r of $rounds, $name pass, beside $busy busy loops ==="
+      "${name}_pass" > "$log" 2>&1 || result=FAILED
+      # ctest's closing list names each test that failed or timed out.
+      bad=$(sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' |
+        sed -E 's/^[[:space:]]+[0-9]+ - //' | tr '\n' ' ')
+      [ "$result" = passed ] || flaky=1
+      rows+=("$(printf '  %5d  %-9s %4d s  load %-5s  %s %s' $r $name $((SECONDS - start)) \
+        "$(cut -d' ' -f1 /proc/loadavg)" $result "$bad")")
+      echo "${rows[-1]}"
+    done
+  done
+  echo
+  echo "rounds: $rounds, busy loops beside: $busy, $(nproc) CPUs, ctest -j $jobs"
+  printf '  %5s  %-9s %6s  %-10s  %s\n' round pass time load result
+  printf '%s\n' "${rows[@]}"
+  exit $flaky
+fi
+
+# pass NAME FUNCTION: one pass of the test command, its title first.
+pass() {
+  echo
+  echo "=== test pass: $1 ==="
+  "$2"
+}
 failed=()   # the passes that failed, named at the end
 times=()    # each pass's wall time, printed at the end
 mark=0  # the packages and the release build come first
 timed() { times+=("$(printf '  %-14s %3d:%02d' "$1" $(((SECONDS - mark) / 60)) $(((SECONDS - mark) % 60)))"); mark=$SECONDS; }
 timed build
-PERCPU_EXPECT=glibc pass "glibc's rseq area" env || failed+=("glibc's rseq area")
+pass "glibc's rseq area" glibc_pass || failed+=("glibc's rseq area")
 timed glibc-area
-PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 \
-  pass "percpu's own rseq area (glibc.pthread.rseq=0)" -E "$build_checks" env ||
-  failed+=("percpu's own rseq area")
+pass "percpu's own rseq area (glibc.pthread.rseq=0)" own_pass || failed+=("percpu's own rseq area")
 timed own-area
-PERCPU_EXPECT=fallback pass "fallback mode (rseq denied by seccomp: ENOSYS)" -E "$build_checks" \
-  "$cli" deny-rseq --errno ENOSYS -- || failed+=("fallback mode")
+pass "fallback mode (rseq denied by seccomp: ENOSYS)" fallback_pass || failed+=("fallback mode")
 timed fallback
 
 echo
 echo "=== debug pass: -O0 sections and checked structures (double-push detection on) ==="
-cmake --preset debug >/dev/null
-cmake --build --preset debug
-# Leaves out the package and compiler checks (they check the build's products, not -O0 code)
-# and the real programs under the preload, which the three release passes run.
-PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" \
-  -E '^(Package|ApiChecks|MallocPreload)\.' || failed+=("debug")
+build_debug
+debug_pass || failed+=("debug")
 timed debug
 
 echo

@@ -230,6 +230,16 @@ int run(int argc, char** argv) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
   }
+#ifdef PERCPU_INJECT_DELAYS
+  // A build that injects delay loops inside every critical section (tools/percpu/CMakeLists.txt)
+  // would time the delays: it has no benchmarks to run.
+  if (bench->parsed()) {
+    std::cerr << "percpu bench: this percpu injects delay loops inside its critical sections "
+                 "(built with PERCPU_INJECT_DELAYS, for `percpu stress`), so it has no "
+                 "benchmarks; run bench from a build without it (cmake --preset release)\n";
+    return 2;
+  }
+#else
   if (malloc_suite->parsed() && malloc_list)  // a listing for scripts: no header line
     return percpu::cli::list_malloc_allocators(malloc_only);
   if (bench->parsed() && !bench->get_subcommands().empty())
@@ -252,6 +262,7 @@ int run(int argc, char** argv) {
     }
     return percpu::cli::bench_report(options, report_dir, report_suites);
   }
+#endif
   if (stress->parsed()) {
     if (sopt.structures.empty()) sopt.structures = all_structures;
     if (sopt.modes.empty()) sopt.modes = {"cpu_id", "mm_cid"};
