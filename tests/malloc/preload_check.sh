@@ -62,6 +62,9 @@ out=$(GLIBC_TUNABLES=glibc.pthread.rseq=0 run "$program" 5000)
 [[ $out == "ok 20000 objects"* ]] || fail "malloc_threads_program (own rseq area) printed '$out'"
 echo "malloc_threads_program: ok ($out)"
 
-run "$tests" --gtest_brief=1 > "$work/tests.log" 2>&1 ||
+# Less the tests that run a program with and without the preload and compare the two
+# (malloc/large_test.cpp): the preload is inherited, so their glibc side would be percpu
+# malloc too, and the unpreloaded suite runs them as they are meant.
+run "$tests" --gtest_brief=1 --gtest_filter='-MallocLarge.*:MallocGlibcApi.*' > "$work/tests.log" 2>&1 ||
   { tail -30 "$work/tests.log"; fail "percpu_tests under LD_PRELOAD"; }
 echo "percpu_tests: ok"
