@@ -90,7 +90,7 @@ if [ $rounds -gt 0 ]; then
       echo "=== round $r of $rounds, $name pass, beside $busy busy loops ==="
       "${name}_pass" > "$log" 2>&1 || result=FAILED
       # ctest's closing list names each test that failed or timed out.
-      bad=$(sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' |
+      bad=$(sed -n '/The following tests FAILED/,$p' "$log" | { grep -E '^[[:space:]]+[0-9]+ - ' || true; } |
         sed -E 's/^[[:space:]]+[0-9]+ - //' | tr '\n' ' ')
       [ "$result" = passed ] || flaky=1
       rows+=("$(printf '  %5d  %-9s %4d s  load %-5s  %s %s' $r $name $((SECONDS - start)) \
