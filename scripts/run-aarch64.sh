@@ -66,13 +66,14 @@ vm_own_filter="$own_layers$vm_filter"
 # cannot run there: the structures above them run in fallback mode the same C++ that x86-64's
 # fallback pass runs, and qemu-user executes it in the host's memory order, so it would find
 # nothing of arm64's own.
-user_layers='UsableFields.*:GlibcAreaExtent.*:MachineTopology.*:Registration.*:GetcpuCache.*:Ops*:CurrentOps*:Aborts.*:FallbackSwitch.*:Sections.*:Counter*:ProcessEvents.*:PoolFork.*:MallocAllocator.*:MallocCpuCache.*:StoppedThreads.*'
+user_layers='UsableFields.*:GlibcAreaExtent.*:MachineTopology.*:Registration.*:GetcpuCache.*:Ops*:CurrentOps*:Aborts.*:Sections.*:Counter*:ProcessEvents.*:PoolFork.*:MallocAllocator.*:MallocCpuCache.*:StoppedThreads.*'
 # The short form leaves out, too, the tests that fork while other threads run: qemu-user's
 # fork() does not hold its own locks across the call, and a child can stay blocked in one, deaf
-# to its alarm (seen in FallbackSwitch.* or PoolFork.*). That says nothing about percpu: x86-64's fallback pass and the VM run them, and so does
-# --full, where a hang is retried (below). FallbackSwitch has nothing to switch here anyway: the
-# process starts in fallback mode.
-user_fork_filter=':FallbackSwitch.*:PoolFork.ChildAllocatesWhileParentThreads*:ProcessEvents.ForkWhileOtherThreads*:StoppedThreads.ChildrenForkedWhileThreadsAreInside*'
+# to its alarm (seen in FallbackSwitch.* or PoolFork.*). That says nothing about percpu:
+# x86-64's fallback pass and the VM run them, and so does --full, where a hang is retried
+# (below). FallbackSwitch (in --full only) has nothing to switch here anyway: the process starts
+# in fallback mode.
+user_fork_filter=':PoolFork.ChildAllocatesWhileParentThreads*:ProcessEvents.ForkWhileOtherThreads*:StoppedThreads.ChildrenForkedWhileThreadsAreInside*'
 user_timeout=900
 [ $full -eq 1 ] || { user_filter="$user_layers$user_filter$user_fork_filter"; user_timeout=300; }
 [ $full -eq 1 ] && vm_filter='*' && vm_own_filter='*'
