@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+. scripts/test-layers.sh
 
 suite=bookworm full=0 vm_pass=1 user_pass=1 vm_command=
 usage="usage: $0 [--suite SUITE] [--full] [--vm-only|--user-only] [--vm-command 'CMD']"
@@ -55,27 +56,20 @@ user_filter='-MallocAllocatorDeathTest.*:MallocCentralDeathTest.*:MallocLarge.*:
 # stops, each far slower under emulation), the longest test of the VM's passes; --full (and the
 # matrix's aarch64 rows) run them.
 vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.*:IndexSpace.StressUnder*:Cli.BenchOps*:StoppedThreads.ChildrenForked*'
-# The pass with percpu's own area runs the layers that register it, read it and abort through it
-# (as run-glibc.sh's fallback pass does): every structure reaches the area through the one offset
-# from the thread pointer that registration sets (internal/c_getcpu.h), whoever owns the area, so
-# above those layers the glibc-area pass runs the same code.
-own_layers='UsableFields.*:GlibcAreaExtent.*:Registration.*:GetcpuCache.*:Ops*:CurrentOps*:Aborts.*:FallbackSwitch.*:Sections.*:Counter*:ProcessEvents.*:RemoteDrain.*:StoppedThreads.*:MallocCpuCache.*:MallocGlibcApi.*'
-vm_own_filter="$own_layers$vm_filter"
-# User mode's short form runs the layers that meet the environment there (rseq refused, the
-# fields, the getcpu cache, the sections' fallback, fork, percpu malloc's fast paths), less what
-# cannot run there: the structures above them run in fallback mode the same C++ that x86-64's
-# fallback pass runs, and qemu-user executes it in the host's memory order, so it would find
-# nothing of arm64's own.
-user_layers='UsableFields.*:GlibcAreaExtent.*:MachineTopology.*:Registration.*:GetcpuCache.*:Ops*:CurrentOps*:Aborts.*:Sections.*:Counter*:ProcessEvents.*:PoolFork.*:MallocAllocator.*:MallocCpuCache.*:StoppedThreads.*'
-# The short form leaves out, too, the tests that fork while other threads run: qemu-user's
-# fork() does not hold its own locks across the call, and a child can stay blocked in one, deaf
-# to its alarm (seen in FallbackSwitch.* or PoolFork.*). That says nothing about percpu:
-# x86-64's fallback pass and the VM run them, and so does --full, where a hang is retried
-# (below). FallbackSwitch (in --full only) has nothing to switch here anyway: the process starts
-# in fallback mode.
-user_fork_filter=':PoolFork.ChildAllocatesWhileParentThreads*:ProcessEvents.ForkWhileOtherThreads*:StoppedThreads.ChildrenForkedWhileThreadsAreInside*'
+# The pass with percpu's own area runs the layers that it changes (test-layers.sh's mode_layers,
+# as run-glibc.sh's fallback pass does); above them the glibc-area pass runs the same code.
+vm_own_filter="$mode_layers$vm_filter"
+# User mode's short form runs those layers too, and the topology's, less what cannot run there:
+# the structures above them run in fallback mode the same C++ that x86-64's fallback pass runs,
+# and qemu-user executes it in the host's memory order, so it would find nothing of arm64's own.
+# It leaves out, too, the tests that fork while other threads run: qemu-user's fork() does not
+# hold its own locks across the call, and a child can stay blocked in one, deaf to its alarm
+# (seen in FallbackSwitch.* or PoolFork.*). That says nothing about percpu: x86-64's fallback
+# pass and the VM run them, and so does --full, where a hang is retried (below). FallbackSwitch
+# (in --full only) has nothing to switch here anyway: the process starts in fallback mode.
+user_fork_filter=':FallbackSwitch.*:PoolFork.ChildAllocatesWhileParentThreads*:ProcessEvents.ForkWhileOtherThreads*:StoppedThreads.ChildrenForkedWhileThreadsAreInside*'
 user_timeout=900
-[ $full -eq 1 ] || { user_filter="$user_layers$user_filter$user_fork_filter"; user_timeout=300; }
+[ $full -eq 1 ] || { user_filter="$mode_layers:MachineTopology.*$user_filter$user_fork_filter"; user_timeout=300; }
 [ $full -eq 1 ] && vm_filter='*' && vm_own_filter='*'
 
 # --- packages: the cross compiler, qemu, and the arm64 builds of the libraries we link ---

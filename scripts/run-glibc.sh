@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+. scripts/test-layers.sh
 
 suite=sid
 usage="usage: $0 [--suite SUITE]"
@@ -67,12 +68,12 @@ pass "glibc's rseq area" env PERCPU_EXPECT=glibc \
   "$loader" --library-path "$libs" "$tests" --gtest_brief=1
 pass "percpu's own area" env PERCPU_EXPECT=percpu GLIBC_TUNABLES=glibc.pthread.rseq=0 \
   "$loader" --library-path "$libs" "$tests" --gtest_brief=1
-# Fallback mode: the layers that meet glibc (its registration refused, the fields, the getcpu
-# cache, the sections and their fallback, fork, malloc's glibc API); the structures above them
-# run the same code under any glibc, and run-tests.sh runs them in this mode.
-fallback_filter='UsableFields.*:GlibcAreaExtent.*:Registration.*:GetcpuCache.*:Ops*:CurrentOps*:Aborts.*:FallbackSwitch.*:Sections.*:Counter*:ProcessEvents.*:MallocGlibcApi.*:MallocAllocator.*:PoolFork.*'
+# Fallback mode: the layers that meet glibc there (its registration refused, the fields, the
+# getcpu cache, the sections and their fallback, fork, malloc's glibc API; test-layers.sh); the
+# structures above them run the same code under any glibc, and run-tests.sh runs them in this
+# mode.
 pass "fallback mode" env PERCPU_EXPECT=fallback "$cli" deny-rseq --errno ENOSYS -- \
-  "$loader" --library-path "$libs" "$tests" --gtest_brief=1 --gtest_filter="$fallback_filter"
+  "$loader" --library-path "$libs" "$tests" --gtest_brief=1 --gtest_filter="$mode_layers"
 
 [ $status -eq 0 ] && echo "glibc $version: every pass succeeded" || echo "glibc $version: a pass FAILED"
 exit $status

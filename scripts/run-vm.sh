@@ -30,6 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+. scripts/test-layers.sh
 
 suite= layout=numa full=0 command= image= includes=()
 usage="usage: $0 [--suite SUITE] [--layout numa|hotplug|small] [--full] [--kernel IMAGE] [--include DIR]... [--command 'CMD']"
@@ -53,10 +54,11 @@ if [ -z "$suite" ]; then [ "$layout" = numa ] && suite=sid || suite=bookworm; fi
 # The short form leaves out what takes minutes each under emulation (as run-aarch64.sh): the
 # long concurrency, churn and preload tests, the breakpoint and single-step tests, the stress
 # under a one-CPU sysfs view, and `percpu bench ops`, whose timing means nothing here. The
-# percpu-area and fallback passes run the tests that depend on the mode.
+# percpu-area and fallback passes run the layers that meet the area (test-layers.sh) with the
+# switch to fallback mode, and what meets this machine's layout: its topology, the index spaces
+# sized by the possible CPUs and the structures indexed by them.
 vm_filter='-*Concurrency*:*MallocPreload*:*Churn*:Debugger.*:IndexSpace.StressUnder*:Cli.BenchOps*'
-vm_negative=${vm_filter#-}
-mode_filter="UsableFields.*:GlibcAreaExtent.*:MachineTopology.*:Registration.*:GetcpuCache.*:Ops*:Aborts.*:FallbackSwitch.*:Sections.*:Counter*:Freelist*:Buffer*:MemcpyBuffer*:Spinlock*:Pool/*:IndexSpace.*-$vm_negative"
+mode_filter="$area_layers:FallbackSwitch.*:MachineTopology.*:IndexSpace.*:Freelist*:Buffer*:MemcpyBuffer*:Spinlock*:Pool/*$vm_filter"
 [ $full -eq 1 ] && vm_filter='*' && mode_filter='*'
 
 # --- packages: qemu, cpio, busybox ---
@@ -121,20 +123,16 @@ if [ -n "$command" ]; then
   steps="b=$b s=$s; $command
 echo \"PERCPU-VM: command exit \$?\""
 else
+  # step NAME COMMAND...: runs it and reports its exit status and wall time on the console.
   steps="
+step() { name=\$1; shift; t=\$(date +%s); \"\$@\"; rc=\$?; echo \"PERCPU-VM: \$name exit \$rc (\$((\$(date +%s) - t)) s)\"; }
 $cli info
-PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
-echo \"PERCPU-VM: glibc-area tests exit \$?\"
-GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
-echo \"PERCPU-VM: percpu-area tests exit \$?\"
-PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
-echo \"PERCPU-VM: fallback tests exit \$?\"
-/bin/stress.sh $s/tools/percpu/percpu glibc $layout
-echo \"PERCPU-VM: stress exit \$?\"
-/bin/stress.sh $s/tools/percpu/percpu percpu
-echo \"PERCPU-VM: percpu-area stress exit \$?\"
-/bin/stress.sh $s/tools/percpu/percpu fallback
-echo \"PERCPU-VM: fallback stress exit \$?\""
+step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
+step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
+step 'fallback tests' env PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
+step stress /bin/stress.sh $s/tools/percpu/percpu glibc $layout
+step 'percpu-area stress' /bin/stress.sh $s/tools/percpu/percpu percpu
+step 'fallback stress' /bin/stress.sh $s/tools/percpu/percpu fallback"
 fi
 
 # The stress: stress.sh CLI MODE [LAYOUT], MODE glibc (glibc's area), percpu (its own) or
@@ -248,26 +246,53 @@ else
 fi
 monitor=$vm/monitor.sock
 log=$vm/console.log
-rm -f "$monitor" "$log"
-touch "$log"  # before tail -f follows it
-echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$deb") ($suite, $layout)"
-timeout 5400 qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max "${smp[@]}" -m 4G \
-  "${nodes[@]}" -nographic -nic none -no-reboot -monitor "unix:$monitor,server=on,wait=off" \
-  -kernel "$vmlinuz" -initrd "$vm/initramfs.gz" -append "$append" \
-  > "$log" 2>&1 &
-qemu=$!
-trap 'kill $qemu 2>/dev/null || true' EXIT  # an interrupted script leaves no VM running
-tail -f "$log" --pid $qemu &
-if [ "$layout" = hotplug ]; then
-  # Socket 3, core 2: a CPU of node 1 that is not present yet.
-  while kill -0 $qemu 2>/dev/null && ! grep -q "PERCPU-VM: hot-add a CPU now" "$log"; do sleep 2; done
-  if grep -q "PERCPU-VM: hot-add a CPU now" "$log"; then
-    echo "device_add max-x86_64-cpu,id=hot1,socket-id=3,core-id=2,thread-id=0" |
-      socat - "UNIX-CONNECT:$monitor" > /dev/null || echo "run-vm: the monitor refused device_add"
+qemu=
+trap '[ -z "$qemu" ] || kill $qemu 2>/dev/null || true' EXIT  # an interrupted script leaves no VM running
+# boot: one run of the machine, back when it powers off, panics or runs out of time. A kernel
+# that has not started the init within 600 s (it boots in seconds to a minute under emulation)
+# is stopped.
+boot() {
+  rm -f "$monitor" "$log"
+  touch "$log"  # before tail -f follows it
+  timeout 5400 qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max "${smp[@]}" -m 4G \
+    "${nodes[@]}" -nographic -nic none -no-reboot -monitor "unix:$monitor,server=on,wait=off" \
+    -kernel "$vmlinuz" -initrd "$vm/initramfs.gz" -append "$append" \
+    > "$log" 2>&1 &
+  qemu=$!
+  tail -f "$log" --pid $qemu &
+  local waited=0
+  while kill -0 $qemu 2>/dev/null && ! grep -qa "PERCPU-VM: kernel" "$log"; do
+    sleep 2
+    waited=$((waited + 2))
+    if [ $waited -ge 600 ]; then
+      echo "run-vm: the kernel has not started the init after 600 s; stopping the VM"
+      kill $qemu 2>/dev/null || true
+    fi
+  done
+  if [ "$layout" = hotplug ]; then
+    # Socket 3, core 2: a CPU of node 1 that is not present yet.
+    while kill -0 $qemu 2>/dev/null && ! grep -q "PERCPU-VM: hot-add a CPU now" "$log"; do sleep 2; done
+    if grep -q "PERCPU-VM: hot-add a CPU now" "$log"; then
+      echo "device_add max-x86_64-cpu,id=hot1,socket-id=3,core-id=2,thread-id=0" |
+        socat - "UNIX-CONNECT:$monitor" > /dev/null || echo "run-vm: the monitor refused device_add"
+    fi
   fi
-fi
-wait $qemu || true
-sleep 1
+  wait $qemu || true
+  qemu=
+  sleep 1
+}
+# A kernel that dies before its init starts has run none of percpu's code: under TCG's
+# multi-threaded emulation a kernel patching its own text on one vCPU while another executes it
+# has died of a stray int3 at boot (an "Oops: int3" in the scheduler). Such a boot is kept
+# aside and the machine boots again, at most three times in all; a failure after the init
+# started counts.
+echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$deb") ($suite, $layout)"
+for attempt in 1 2 3; do
+  boot
+  grep -qa "PERCPU-VM: kernel" "$log" && break
+  cp "$log" "$vm/console-boot$attempt.log"
+  echo "run-vm: boot $attempt of 3 did not reach the init (log: $vm/console-boot$attempt.log)"
+done
 
 status=0
 if [ -n "$command" ]; then
