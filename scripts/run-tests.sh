@@ -64,7 +64,9 @@ fallback_pass() {
   PERCPU_EXPECT=fallback release_pass -E "$build_checks" "$cli" deny-rseq --errno ENOSYS --
 }
 # Leaves out the package and compiler checks (they check the build's products, not -O0 code)
-# and the real programs under the preload, which the three release passes run.
+# and the real programs under the preload, which the three release passes run. The debug preset
+# has no `percpu bench` (PERCPU_BUILD_BENCH=OFF: timings at -O0 mean nothing), so the Cli tests
+# of bench skip there.
 debug_pass() {
   PERCPU_EXPECT=glibc ctest --test-dir build/debug --output-on-failure -j "$jobs" \
     -E '^(Package|ApiChecks|MallocPreload)\.'

@@ -21,6 +21,13 @@ result run(const std::string& args) {
   return shell(std::string(PERCPU_CLI_PATH) + " " + args + " 2>&1");
 }
 
+// The tests of `percpu bench` run where the command has it: a build without PERCPU_BUILD_BENCH
+// (the debug pass's) has none, and refuses it (ABuildWithoutBenchRefusesIt).
+#define SKIP_WITHOUT_BENCH()                    \
+  if (!PERCPU_CLI_HAS_BENCH)                    \
+  GTEST_SKIP() << "built without percpu bench " \
+                  "(PERCPU_BUILD_BENCH=OFF)"
+
 nlohmann::json info(const std::string& prefix = "") {
   const auto r = run(prefix + "info --json");
   EXPECT_EQ(r.status, 0) << r.out;
@@ -54,6 +61,7 @@ TEST(Cli, DenyRseqForcesFallbackAndInfoSaysWhy) {
 }
 
 TEST(Cli, RefusesBadArguments) {
+  SKIP_WITHOUT_BENCH();
   EXPECT_NE(run("bench --repetitions 0 getcpu").status, 0);
   EXPECT_NE(run("no-such-command").status, 0);
   EXPECT_NE(run("deny-rseq --errno EFOO -- true").status, 0);
@@ -78,6 +86,14 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(unwritable.status, 0);
   EXPECT_NE(unwritable.out.find("cannot write the report folder"), std::string::npos)
       << unwritable.out;
+}
+
+TEST(Cli, ABuildWithoutBenchRefusesIt) {
+  if (PERCPU_CLI_HAS_BENCH) GTEST_SKIP() << "this build has percpu bench";
+  const auto r = run("bench getcpu --quick");
+  EXPECT_EQ(r.status >> 8, 2) << r.out;
+  EXPECT_NE(r.out.find("built without its benchmarks (PERCPU_BUILD_BENCH=OFF)"), std::string::npos)
+      << r.out;
 }
 
 // Without membarrier, drains fence by running on the drained CPU (cpu_id) or on every CPU
@@ -121,6 +137,7 @@ TEST(Cli, ShortStressConservesEverything) {
 // prints both tables. Where percpu registers its own area, the hand-written sequences' threads
 // must register before their first section (they once read cpu_id -1 and spun forever).
 TEST(Cli, BenchOpsRunsInEveryMode) {
+  SKIP_WITHOUT_BENCH();
   // It takes about 10 s; a hang fails after 300.
   const auto r = percpu::test::shell("timeout 300 " + std::string(PERCPU_CLI_PATH) +
                                      " bench ops --quick --repetitions 1 --json /dev/null 2>&1");
@@ -139,6 +156,7 @@ TEST(Cli, BenchOpsRunsInEveryMode) {
 }
 
 TEST(Cli, CommandLineConventions) {
+  SKIP_WITHOUT_BENCH();
   // Accepted after the suite name: the range check answers, not "was not expected".
   const auto after = run("bench getcpu --repetitions 0");
   EXPECT_NE(after.status, 0);
@@ -182,6 +200,7 @@ TEST(Cli, CommandLineConventions) {
 // Output that cannot be written is an error with its reason, found before long work where it
 // can be: standard output, --json files (a full device fails only when the file is closed).
 TEST(Cli, WriteErrorsAreReported) {
+  SKIP_WITHOUT_BENCH();
   const auto info = shell(std::string(PERCPU_CLI_PATH) + " info 2>&1 >/dev/full");
   EXPECT_NE(info.status, 0);
   EXPECT_NE(info.out.find("cannot write the output: No space left on device"), std::string::npos)

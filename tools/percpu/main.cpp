@@ -230,13 +230,20 @@ int run(int argc, char** argv) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
   }
-#ifdef PERCPU_INJECT_DELAYS
-  // A build that injects delay loops inside every critical section (tools/percpu/CMakeLists.txt)
-  // would time the delays: it has no benchmarks to run.
+#ifndef PERCPU_CLI_HAS_BENCH
+  // A build without PERCPU_BUILD_BENCH (tools/percpu/CMakeLists.txt): one that injects delay
+  // loops inside every critical section, whose timings would time the delays, or the debug
+  // pass's, whose -O0 timings would mean nothing.
   if (bench->parsed()) {
+#ifdef PERCPU_INJECT_DELAYS
     std::cerr << "percpu bench: this percpu injects delay loops inside its critical sections "
                  "(built with PERCPU_INJECT_DELAYS, for `percpu stress`), so it has no "
                  "benchmarks; run bench from a build without it (cmake --preset release)\n";
+#else
+    std::cerr << "percpu bench: this percpu was built without its benchmarks "
+                 "(PERCPU_BUILD_BENCH=OFF); run bench from a build with them (cmake --preset "
+                 "release)\n";
+#endif
     return 2;
   }
 #else
