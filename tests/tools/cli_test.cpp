@@ -86,6 +86,13 @@ TEST(Cli, RefusesBadArguments) {
   EXPECT_NE(unwritable.status, 0);
   EXPECT_NE(unwritable.out.find("cannot write the report folder"), std::string::npos)
       << unwritable.out;
+  // --allocators belongs to the malloc suite and to the report, which passes it on.
+  const auto allocators_elsewhere = run("bench getcpu --quick --allocators glibc");
+  EXPECT_EQ(allocators_elsewhere.status >> 8, 2) << allocators_elsewhere.out;
+  EXPECT_NE(allocators_elsewhere.out.find("--allocators is for the malloc suite"),
+            std::string::npos)
+      << allocators_elsewhere.out;
+  EXPECT_NE(run("bench --allocators glibc,nosuch").status, 0);
 }
 
 TEST(Cli, ABuildWithoutBenchRefusesIt) {

@@ -27,6 +27,8 @@ struct bench_options {
   bool quick = false;    ///< fewer, shorter repetitions
   int repetitions = 0;   ///< 0: the suite's default
   std::string json_out;  ///< write raw results here when not empty
+  /// The malloc suite's allocators (the report passes them on to it); empty: every one installed.
+  std::vector<std::string> allocators;
 };
 
 /// `percpu bench getcpu`: returns the process exit status.

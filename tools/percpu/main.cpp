@@ -118,13 +118,21 @@ int run(int argc, char** argv) {
       "larson and xmalloc in their originals' shapes, idle after a burst, a random mix) under "
       "glibc, jemalloc (default and percpu arenas), tcmalloc, mimalloc and percpu malloc: "
       "throughput, latency, peak RSS (--allocators to choose)");
-  std::vector<std::string> malloc_only;
+  // The malloc suite's allocators: its own option, and the report's (no suite named), which
+  // passes them on to the suite it runs; both fill options.allocators.
+  const std::vector<std::string> allocator_names = {"glibc",    "jemalloc", "jemalloc-percpu",
+                                                    "tcmalloc", "mimalloc", "percpu"};
   malloc_suite
-      ->add_option("--allocators", malloc_only,
+      ->add_option("--allocators", options.allocators,
                    "Only these allocators, comma- or space-separated (default: all installed)")
       ->delimiter(',')
-      ->check(CLI::IsMember(
-          {"glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"}));
+      ->check(CLI::IsMember(allocator_names));
+  bench
+      ->add_option("--allocators", options.allocators,
+                   "The report's malloc suite: only these allocators, comma-separated (no suite "
+                   "named; default all installed)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(allocator_names));
   bool malloc_list = false;
   malloc_suite->add_flag("--list-allocators", malloc_list,
                          "Print the allocators found (name, library to preload, MALLOC_CONF), a "
@@ -226,6 +234,13 @@ int run(int argc, char** argv) {
                  "report several suites use --suites a,b (comma-separated)\n";
     return 2;
   }
+  // --allocators belongs to the malloc suite and to the report, which passes it on.
+  if (bench->parsed() && bench->count("--allocators") > 0 && !bench->get_subcommands().empty() &&
+      !malloc_suite->parsed()) {
+    std::cerr << "percpu bench: --allocators is for the malloc suite and the report (no suite "
+                 "named)\n";
+    return 2;
+  }
   if (bench->parsed() && report_dir.empty()) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
@@ -248,7 +263,7 @@ int run(int argc, char** argv) {
   }
 #else
   if (malloc_suite->parsed() && malloc_list)  // a listing for scripts: no header line
-    return percpu::cli::list_malloc_allocators(malloc_only);
+    return percpu::cli::list_malloc_allocators(options.allocators);
   if (bench->parsed() && !bench->get_subcommands().empty())
     fmt::print("percpu bench: on {}\n", percpu::cli::environment_line(percpu::cli::info_json()));
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
@@ -258,7 +273,7 @@ int run(int argc, char** argv) {
   if (metrics->parsed()) return percpu::cli::bench_metrics(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
-  if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, malloc_only);
+  if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, options.allocators);
   if (slice->parsed()) return percpu::cli::bench_slice(options);
   if (context_switch->parsed()) return percpu::cli::bench_context_switch(options);
   if (bench->parsed()) {

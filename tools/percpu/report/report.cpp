@@ -4,6 +4,7 @@
 // progress line shows the suite, its step and the time left.
 #include <fmt/chrono.h>
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -201,6 +202,9 @@ suite_run run_suite(const suite_spec& spec, const bench_options& options, const 
     request.argv.push_back("--repetitions");
     request.argv.push_back(std::to_string(options.repetitions));
   }
+  if (run.name == "malloc" && !options.allocators.empty())
+    request.argv.insert(request.argv.end(),
+                        {"--allocators", fmt::format("{}", fmt::join(options.allocators, ","))});
   request.argv.insert(request.argv.end(), {"--json", json_path, run.name});
   request.set_env = {"PERCPU_BENCH_PROGRESS=1"};
   request.timeout_s = 3600;
@@ -259,10 +263,9 @@ std::string command_line(const bench_options& options, const std::vector<std::st
   std::string c = "percpu bench";
   if (options.quick) c += " --quick";
   if (options.repetitions > 0) c += fmt::format(" --repetitions {}", options.repetitions);
-  if (!suites.empty()) {
-    c += " --suites ";
-    for (std::size_t i = 0; i < suites.size(); ++i) c += (i ? "," : "") + suites[i];
-  }
+  if (!suites.empty()) c += " --suites " + fmt::format("{}", fmt::join(suites, ","));
+  if (!options.allocators.empty())
+    c += " --allocators " + fmt::format("{}", fmt::join(options.allocators, ","));
   return c;
 }
 
