@@ -55,8 +55,8 @@ using percpu::test::second_cpu;
 using percpu::test::shell;
 
 std::string preloaded(const std::string& args) {
-  return std::string("LD_PRELOAD=" PERCPU_MALLOC_LIBRARY_PATH " ") +
-         PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH + " " + args;
+  return "LD_PRELOAD=" PERCPU_MALLOC_LIBRARY_PATH " " PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH " " +
+         args;
 }
 
 // ---- fork ----
@@ -386,8 +386,7 @@ TEST(StoppedThreads, AWorkerPoolJoinedFromAStaticDestructorIsCleanUnderValgrind)
   if (shell("command -v valgrind >/dev/null 2>&1").status != 0)
     GTEST_SKIP() << "valgrind is not installed (scripts/install-deps.sh installs it)";
   // Valgrind has no rseq: fallback mode, with mm_cid served by the dense thread ids.
-  const auto r = shell(std::string("valgrind -q --error-exitcode=99 ") +
-                       PERCPU_EXIT_POOL_PROGRAM_PATH + " 2>&1");
+  const auto r = shell("valgrind -q --error-exitcode=99 " PERCPU_EXIT_POOL_PROGRAM_PATH " 2>&1");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("conserved "), std::string::npos) << r.out;
 }

@@ -99,7 +99,7 @@ TEST(MallocGlibcApi, ABlockFromADeepBoundLibraryGoesToTheAllocatorThatMadeIt) {
   // The library's malloc is libc's (RTLD_DEEPBIND); the program's free, realloc and
   // malloc_usable_size are percpu malloc's, which hands a pointer outside its memory to the
   // next allocator. It used to stop the process ("invalid pointer").
-  const std::string args = std::string("deepbind ") + PERCPU_TEST_DEEPBIND_PATH;
+  const std::string args = "deepbind " PERCPU_TEST_DEEPBIND_PATH;
   const auto ours = run_case(args + " 2>&1", true, PERCPU_MALLOC_GLIBC_API_PROGRAM_PATH);
   EXPECT_EQ(ours.status, 0) << ours.out;
   EXPECT_EQ(ours.out, "deepbind ok\n");
