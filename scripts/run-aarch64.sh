@@ -109,7 +109,8 @@ dpkg-deb -x "$busybox_deb" "$vm/busybox"
 stage=$vm/initramfs
 rm -rf "$stage" && mkdir -p "$stage"/{bin,proc,sys,dev,tmp,lib/aarch64-linux-gnu}
 cp "$vm/busybox/bin/busybox" "$stage/bin/"
-for tool in sh mount poweroff echo cat grep mkdir sleep; do ln -s busybox "$stage/bin/$tool"; done
+cp scripts/vm-steps.sh "$stage/bin/"
+for tool in sh mount poweroff echo cat grep mkdir sleep date env; do ln -s busybox "$stage/bin/$tool"; done
 cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"
 for lib in libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
   cp -L "/usr/aarch64-linux-gnu/lib/$lib" "$stage/lib/aarch64-linux-gnu/"
@@ -132,16 +133,15 @@ copy_build $b/libpercpu.so.0 $b/libpercpu.so.0.1.0 $b/libpercpu_malloc.so $b/lib
   $b/tests/malloc_large_program $b/tests/malloc_glibc_api_program $b/tests/exit_pool_program \
   $b/tests/unload_c_main $b/tests/unload_c_main_linked $b/tests/percpu_c_tests \
   $s/libpercpu.so.0 $s/libpercpu_malloc.so $s/tools/percpu/percpu
+# step: scripts/vm-steps.sh.
+c_api_tests="env PERCPU_EXPECT=glibc $b/tests/percpu_c_tests && env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_c_tests"
 steps="
+. /bin/vm-steps.sh
 $b/tools/percpu/percpu info
-PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
-echo \"PERCPU-VM: glibc-area tests exit \$?\"
-GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_own_filter'
-echo \"PERCPU-VM: percpu-area tests exit \$?\"
-PERCPU_EXPECT=glibc $b/tests/percpu_c_tests && GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_c_tests
-echo \"PERCPU-VM: C API tests exit \$?\"
-/bin/stress.sh $s/tools/percpu/percpu
-echo \"PERCPU-VM: stress exit \$?\""
+step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
+step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_own_filter'
+step 'C API tests' sh -c '$c_api_tests'
+step stress /bin/stress.sh $s/tools/percpu/percpu"
 [ -n "$vm_command" ] && steps="b=$b s=$s; $vm_command
 echo \"PERCPU-VM: command exit \$?\""
 # The VM's stress run. --require-aborts fails a run that saw no abort (it did not test the abort

@@ -100,6 +100,7 @@ s=$root/build/stress
 stage=$vm/initramfs
 rm -rf "$stage" && mkdir -p "$stage"/{bin,proc,sys,dev,tmp}
 cp /bin/busybox "$stage/bin/"
+cp scripts/vm-steps.sh "$stage/bin/"
 binaries=$(find "$b" "$s" -path '*/CMakeFiles' -prune -o -path '*/_deps' -prune -o -type f \
   \( -perm -u+x -o -name '*.so*' \) -print | grep -v '\.sh$')
 for f in $binaries; do
@@ -132,9 +133,9 @@ else
     own_stress="step 'percpu-area stress' /bin/stress.sh $s/tools/percpu/percpu percpu"
     stress_steps=("stress" "percpu-area stress" "fallback stress")
   fi
-  # step NAME COMMAND...: runs it and reports its exit status and wall time on the console.
+  # step: scripts/vm-steps.sh.
   steps="
-step() { name=\$1; shift; t=\$(date +%s); \"\$@\"; rc=\$?; echo \"PERCPU-VM: \$name exit \$rc (\$((\$(date +%s) - t)) s)\"; }
+. /bin/vm-steps.sh
 $cli info
 step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
 step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
