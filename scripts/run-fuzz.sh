@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The fuzz targets (tests/fuzz): builds the preset fuzz (clang's libFuzzer, AddressSanitizer and
 # UndefinedBehaviorSanitizer), runs each target for a fixed time on a copy of its corpus
-# (tests/fuzz/corpus/<target>; the repository's copy is never written), prints the executions
-# per target, then has the exporter's target write the scrape of every input of its corpus (the
-# seeds and what the run added) and Prometheus's own parser check them (`promtool check
-# metrics`: a parse error fails, lint remarks do not). Exits 1 on a crash, a failed check, a
-# sanitizer report, a timeout or a parse error; the input behind it is kept in
-# build/fuzz/artifacts/ (rerun it: build/fuzz/tests/fuzz/<target> <file>).
+# (tests/fuzz/corpus/<target>; the repository's copy is never written), as many targets side by
+# side as there are CPUs, prints the executions per target, then has the exporter's target write
+# the scrape of every input of its corpus (the seeds and what the run added) and Prometheus's own
+# parser check them (`promtool check metrics`: a parse error fails, lint remarks do not). Exits 1
+# on a crash, a failed check, a sanitizer report, a timeout or a parse error; the input behind it
+# is kept in build/fuzz/artifacts/ (rerun it: build/fuzz/tests/fuzz/<target> <file>).
 #
 # Usage: scripts/run-fuzz.sh [--seconds N] [TARGET...]
 # (default: 20 seconds each, every target: histogram_fuzz c_api_fuzz environment_fuzz
@@ -57,6 +57,7 @@ bin=build/fuzz/tests/fuzz
 run=build/fuzz/run            # the corpora's copies and the logs
 artifacts=build/fuzz/artifacts
 mkdir -p "$run" "$artifacts"
+rm -f "$run"/*.rc
 # A report stops the target at once (the build has -fno-sanitize-recover); stacks in the log.
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
@@ -71,29 +72,50 @@ max_len() {
   esac
 }
 
-failed=()
-rows=()
-for t in "${targets[@]}"; do
-  [ -x "$bin/$t" ] || { echo "$0: $bin/$t was not built" >&2; failed+=("$t (not built)"); continue; }
-  work=$run/$t
+# One target: a fresh copy of its corpus, its run, its exit status in $run/$t.rc.
+fuzz_one() {
+  local t=$1 work=$run/$1 rc=0
   rm -rf "$work"
   mkdir -p "$work"
   cp tests/fuzz/corpus/"$t"/* "$work"/
-  seeds=$(ls "$work" | wc -l)
-  echo
-  echo "=== $t: $seconds s on a copy of tests/fuzz/corpus/$t ($seeds inputs) ==="
-  rc=0
   "$bin/$t" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$t-" \
     "$work" > "$run/$t.log" 2>&1 || rc=$?
+  echo $rc > "$run/$t.rc"
+}
+
+# The targets side by side, as many at once as there are CPUs (each libFuzzer process runs one
+# thread): every target still gets its whole time, and the step takes its share of the CPUs'.
+failed=()
+rows=()
+slots=$(nproc)
+running=0
+for t in "${targets[@]}"; do
+  [ -x "$bin/$t" ] || { echo "$0: $bin/$t was not built" >&2; failed+=("$t (not built)"); continue; }
+  echo "=== $t: $seconds s on a copy of tests/fuzz/corpus/$t ($(ls tests/fuzz/corpus/"$t" | wc -l) inputs) ==="
+  if [ $running -ge "$slots" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait
+
+for t in "${targets[@]}"; do
+  [ -f "$run/$t.rc" ] || continue
+  rc=$(cat "$run/$t.rc")
+  seeds=$(ls tests/fuzz/corpus/"$t" | wc -l)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run/$t.log" | tail -1)
   per_second=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$run/$t.log" | tail -1)
-  corpus=$(ls "$work" | wc -l)
-  if [ $rc -eq 0 ]; then
+  corpus=$(ls "$run/$t" | wc -l)
+  if [ "$rc" -eq 0 ]; then
     result=ok
   else
     result="FAILED (exit $rc)"
     failed+=("$t")
+    echo
+    echo "=== $t failed: ==="
     grep -E 'check failed|invalid scrape|runtime error|ERROR: |SUMMARY: |Test unit written' \
       "$run/$t.log" | head -20 || true
     echo "--- the end of its log ($run/$t.log):"
