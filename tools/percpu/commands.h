@@ -55,15 +55,16 @@ int bench_list(const bench_options& options);
 int bench_pool(const bench_options& options);
 
 /// `percpu bench malloc`: the allocation workloads under each allocator (all found, or those
-/// named in `only`); returns the process exit status (1 when a run under percpu malloc failed).
-int bench_malloc(const bench_options& options, const std::vector<std::string>& only);
+/// named in options.allocators); returns the process exit status (1 when a run under percpu
+/// malloc failed).
+int bench_malloc(const bench_options& options);
 
 /// `percpu bench malloc --list-allocators`: prints the allocators that `bench malloc` would
-/// compare (all found, or those named in `only`), a line each, "name<TAB>library to preload
-/// (empty for glibc)<TAB>MALLOC_CONF (jemalloc's variant)", and notes the missing ones on
+/// compare (all found, or those named in options.allocators), a line each, "name<TAB>library to
+/// preload (empty for glibc)<TAB>MALLOC_CONF (jemalloc's variant)", and notes the missing ones on
 /// stderr; returns 0. For scripts that run other programs under the same allocators
 /// (scripts/malloc-originals.sh).
-int list_malloc_allocators(const std::vector<std::string>& only);
+int list_malloc_allocators(const bench_options& options);
 
 /// `percpu bench slice`: locks with and without time-slice extension requests, where the kernel
 /// offers the extension (otherwise it says why and measures nothing); returns the exit status.

@@ -245,25 +245,26 @@ int run(int argc, char** argv) {
     std::cerr << "percpu bench: --out needs a folder name\n";
     return 2;
   }
-#ifndef PERCPU_CLI_HAS_BENCH
+#if !PERCPU_CLI_HAS_BENCH
   // A build without PERCPU_BUILD_BENCH (tools/percpu/CMakeLists.txt): one that injects delay
   // loops inside every critical section, whose timings would time the delays, or the debug
   // pass's, whose -O0 timings would mean nothing.
   if (bench->parsed()) {
 #ifdef PERCPU_INJECT_DELAYS
-    std::cerr << "percpu bench: this percpu injects delay loops inside its critical sections "
-                 "(built with PERCPU_INJECT_DELAYS, for `percpu stress`), so it has no "
-                 "benchmarks; run bench from a build without it (cmake --preset release)\n";
+    const char* const why =
+        ": it injects delay loops inside its critical sections "
+        "(PERCPU_INJECT_DELAYS, for `percpu stress`), which bench would time";
 #else
-    std::cerr << "percpu bench: this percpu was built without its benchmarks "
-                 "(PERCPU_BUILD_BENCH=OFF); run bench from a build with them (cmake --preset "
-                 "release)\n";
+    const char* const why = "";
 #endif
+    std::cerr << "percpu bench: this percpu was built without its benchmarks "
+                 "(PERCPU_BUILD_BENCH=OFF)"
+              << why << "; run bench from a build with them (cmake --preset release)\n";
     return 2;
   }
 #else
   if (malloc_suite->parsed() && malloc_list)  // a listing for scripts: no header line
-    return percpu::cli::list_malloc_allocators(options.allocators);
+    return percpu::cli::list_malloc_allocators(options);
   if (bench->parsed() && !bench->get_subcommands().empty())
     fmt::print("percpu bench: on {}\n", percpu::cli::environment_line(percpu::cli::info_json()));
   if (getcpu->parsed()) return percpu::cli::bench_getcpu(options);
@@ -273,7 +274,7 @@ int run(int argc, char** argv) {
   if (metrics->parsed()) return percpu::cli::bench_metrics(options);
   if (list->parsed()) return percpu::cli::bench_list(options);
   if (pool->parsed()) return percpu::cli::bench_pool(options);
-  if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options, options.allocators);
+  if (malloc_suite->parsed()) return percpu::cli::bench_malloc(options);
   if (slice->parsed()) return percpu::cli::bench_slice(options);
   if (context_switch->parsed()) return percpu::cli::bench_context_switch(options);
   if (bench->parsed()) {

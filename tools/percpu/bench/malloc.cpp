@@ -227,7 +227,8 @@ std::vector<allocator> chosen_allocators(const std::string& dir,
   return allocators;
 }
 
-int list_malloc_allocators(const std::vector<std::string>& only) {
+int list_malloc_allocators(const bench_options& options) {
+  const std::vector<std::string>& only = options.allocators;
   std::vector<std::string> missing;
   for (const allocator& a : chosen_allocators(self_dir(), only, missing))
     fmt::print("{}\t{}\t{}\n", a.name, a.library, a.conf);
@@ -239,7 +240,7 @@ int list_malloc_allocators(const std::vector<std::string>& only) {
   return 0;
 }
 
-int bench_malloc(const bench_options& options, const std::vector<std::string>& only) {
+int bench_malloc(const bench_options& options) {
   if (!can_write(options.json_out)) return 1;
   const std::string dir = self_dir();
   const std::string program = dir + "/percpu-malloc-workload";
@@ -248,7 +249,7 @@ int bench_malloc(const bench_options& options, const std::vector<std::string>& o
     return 1;
   }
   std::vector<std::string> missing;
-  const std::vector<allocator> allocators = chosen_allocators(dir, only, missing);
+  const std::vector<allocator> allocators = chosen_allocators(dir, options.allocators, missing);
   const int reps = options.repetitions > 0 ? options.repetitions : (options.quick ? 3 : 5);
   const auto ws = workloads(options.quick);
 
