@@ -127,22 +127,26 @@ else
   # The stress with percpu's own area in --full only: the structures reach the area through the
   # one offset registration sets, whoever owns it, and the percpu-area tests run the layers the
   # owner changes; fallback mode swaps the sections' commit, so its stress runs in the short form.
-  own_stress=
-  stress_steps=("stress" "fallback stress")
-  if [ $full -eq 1 ]; then
-    own_stress="step 'percpu-area stress' /bin/stress.sh $s/tools/percpu/percpu percpu"
-    stress_steps=("stress" "percpu-area stress" "fallback stress")
-  fi
+  stress_modes=(glibc fallback)
+  [ $full -eq 0 ] || stress_modes=(glibc percpu fallback)
+  stress_steps=() stress_lines=
+  for mode in "${stress_modes[@]}"; do
+    case $mode in
+      glibc) name=stress args="glibc $layout" ;;
+      percpu) name='percpu-area stress' args=percpu ;;
+      fallback) name='fallback stress' args=fallback ;;
+    esac
+    stress_steps+=("$name")
+    stress_lines+="
+step '$name' /bin/stress.sh $s/tools/percpu/percpu $args"
+  done
   # step: scripts/vm-steps.sh.
   steps="
 . /bin/vm-steps.sh
 $cli info
 step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
 step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
-step 'fallback tests' env PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
-step stress /bin/stress.sh $s/tools/percpu/percpu glibc $layout
-$own_stress
-step 'fallback stress' /bin/stress.sh $s/tools/percpu/percpu fallback"
+step 'fallback tests' env PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'$stress_lines"
 fi
 
 # The stress: stress.sh CLI MODE [LAYOUT], MODE glibc (glibc's area), percpu (its own) or
@@ -291,10 +295,10 @@ boot() {
   qemu=
   sleep 1
 }
-# A kernel that dies before its init starts has run none of percpu's code: under TCG's
-# multi-threaded emulation a kernel patching its own text on one vCPU while another executes it
-# has died of a stray int3 at boot (an "Oops: int3" in the scheduler). Such a boot is kept
-# aside and the machine boots again, at most three times in all; a failure after the init
+# A kernel that dies before its init starts has run none of percpu's code, so its failure says
+# nothing of percpu: the machine boots again, at most three times in all, and each such console
+# is kept aside. (Under TCG's multi-threaded emulation a kernel that patches its own text on one
+# vCPU while another executes it can take a stray int3 at boot.) A failure after the init
 # started counts.
 echo "initramfs: $(du -h "$vm/initramfs.gz" | cut -f1); booting $(basename "$deb") ($suite, $layout)"
 for attempt in 1 2 3; do
