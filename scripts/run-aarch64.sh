@@ -133,13 +133,13 @@ copy_build $b/libpercpu.so.0 $b/libpercpu.so.0.1.0 $b/libpercpu_malloc.so $b/lib
   $b/tests/malloc_large_program $b/tests/malloc_glibc_api_program $b/tests/exit_pool_program \
   $b/tests/unload_c_main $b/tests/unload_c_main_linked $b/tests/percpu_c_tests \
   $s/libpercpu.so.0 $s/libpercpu_malloc.so $s/tools/percpu/percpu
-# step: scripts/vm-steps.sh.
+# step and shards (the test steps' tests in two processes side by side): scripts/vm-steps.sh.
 c_api_tests="env PERCPU_EXPECT=glibc $b/tests/percpu_c_tests && env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_c_tests"
 steps="
 . /bin/vm-steps.sh
 $b/tools/percpu/percpu info
-step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
-step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_own_filter'
+step 'glibc-area tests' shards 2 env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
+step 'percpu-area tests' shards 2 env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_own_filter'
 step 'C API tests' sh -c '$c_api_tests'
 step stress /bin/stress.sh $s/tools/percpu/percpu"
 [ -n "$vm_command" ] && steps="b=$b s=$s; $vm_command

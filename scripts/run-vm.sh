@@ -140,13 +140,13 @@ else
     stress_lines+="
 step '$name' /bin/stress.sh $s/tools/percpu/percpu $args"
   done
-  # step: scripts/vm-steps.sh.
+  # step and shards (the test steps' tests in two processes side by side): scripts/vm-steps.sh.
   steps="
 . /bin/vm-steps.sh
 $cli info
-step 'glibc-area tests' env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
-step 'percpu-area tests' env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
-step 'fallback tests' env PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'$stress_lines"
+step 'glibc-area tests' shards 2 env PERCPU_EXPECT=glibc $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$vm_filter'
+step 'percpu-area tests' shards 2 env GLIBC_TUNABLES=glibc.pthread.rseq=0 PERCPU_EXPECT=percpu $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'
+step 'fallback tests' shards 2 env PERCPU_EXPECT=fallback $cli deny-rseq --errno ENOSYS -- $b/tests/percpu_tests --gtest_brief=1 --gtest_filter='$mode_filter'$stress_lines"
 fi
 
 # The stress: stress.sh CLI MODE [LAYOUT], MODE glibc (glibc's area), percpu (its own) or
