@@ -213,8 +213,6 @@ nlohmann::json summarize(samples& m, size_samples& by_size) {
   return j;
 }
 
-}  // namespace
-
 // The allocators found, less those not named in `only` (when it names any).
 std::vector<allocator> chosen_allocators(const std::string& dir,
                                          const std::vector<std::string>& only,
@@ -226,6 +224,8 @@ std::vector<allocator> chosen_allocators(const std::string& dir,
     });
   return allocators;
 }
+
+}  // namespace
 
 int list_malloc_allocators(const bench_options& options) {
   const std::vector<std::string>& only = options.allocators;
