@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, and writes the benchmark report (every suite,
 # plots, raw JSON) into percpu-report/ (report.md opens with the summary table).
-# Extra arguments go to `percpu bench`: --quick (about 10 minutes on a 2-CPU VM), --repetitions N,
+# Extra arguments go to `percpu bench`: --quick (fewer, shorter repetitions), --repetitions N,
 # --out DIR, --suites getcpu,ops,counter,readmostly,metrics,list,pool,malloc,slice,context-switch.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,6 +22,11 @@ std::string environment_line(const nlohmann::json& info);
 /// exit status to use).
 int deny_rseq_exec(int err, bool rseq, bool membarrier, const std::vector<std::string>& argv);
 
+/// The allocators `percpu bench malloc` knows, by the names --allocators takes (glibc's malloc,
+/// jemalloc with its default and its per-CPU arenas, tcmalloc, mimalloc, percpu malloc).
+inline const std::vector<std::string> kMallocAllocators = {
+    "glibc", "jemalloc", "jemalloc-percpu", "tcmalloc", "mimalloc", "percpu"};
+
 /// Options shared by the benchmark suites.
 struct bench_options {
   bool quick = false;    ///< fewer, shorter repetitions

@@ -120,19 +120,17 @@ int run(int argc, char** argv) {
       "throughput, latency, peak RSS (--allocators to choose)");
   // The malloc suite's allocators: its own option, and the report's (no suite named), which
   // passes them on to the suite it runs; both fill options.allocators.
-  const std::vector<std::string> allocator_names = {"glibc",    "jemalloc", "jemalloc-percpu",
-                                                    "tcmalloc", "mimalloc", "percpu"};
   malloc_suite
       ->add_option("--allocators", options.allocators,
                    "Only these allocators, comma- or space-separated (default: all installed)")
       ->delimiter(',')
-      ->check(CLI::IsMember(allocator_names));
+      ->check(CLI::IsMember(percpu::cli::kMallocAllocators));
   bench
       ->add_option("--allocators", options.allocators,
                    "The report's malloc suite: only these allocators, comma-separated (no suite "
                    "named; default all installed)")
       ->delimiter(',')
-      ->check(CLI::IsMember(allocator_names));
+      ->check(CLI::IsMember(percpu::cli::kMallocAllocators));
   bool malloc_list = false;
   malloc_suite->add_flag("--list-allocators", malloc_list,
                          "Print the allocators found (name, library to preload, MALLOC_CONF), a "

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <string_view>
 
 #include "bench/runner.h"
 #include "commands.h"
@@ -33,6 +32,8 @@ struct suite_spec {
   double thorough_s;
   int quick_reps;  // the suite's default repetitions, to scale estimates by --repetitions
   int thorough_reps;
+  bool per_allocator = false;  // its times are for every allocator (kMallocAllocators), and
+                               // scale with the number --allocators names
 };
 
 // Quick times as measured on a clean clone's run of the main job (`percpu bench --quick`, every
@@ -51,21 +52,18 @@ const std::vector<suite_spec> kSuites = {
      20, 95, 3, 7},
     {"list", "list: a per-CPU free list against a Treiber stack and a mutex", 12, 60, 3, 7},
     {"pool", "pool: per-CPU memory, resident bytes and allocation cost", 9, 45, 3, 7},
-    {"malloc", "malloc: percpu malloc against glibc, jemalloc, tcmalloc, mimalloc", 400, 480, 3, 5},
+    {"malloc", "malloc: percpu malloc against glibc, jemalloc, tcmalloc, mimalloc", 400, 480, 3, 5,
+     true},
     {"slice", "slice: locks whose holders ask not to be preempted (time-slice extension)", 2, 45, 3,
      5},
     {"context-switch", "context switch: what registering rseq costs the scheduler", 83, 330, 8, 20},
 };
 
-// The malloc suite's figures above are for every allocator it knows (glibc, jemalloc, its
-// percpu variant, tcmalloc, mimalloc, percpu malloc); its time grows with the allocators it runs.
-constexpr double kMallocAllocatorsTimed = 6;
-
 double estimate(const suite_spec& s, const bench_options& o) {
   double base = o.quick ? s.quick_s : s.thorough_s;
   const int reps = o.quick ? s.quick_reps : s.thorough_reps;
-  if (std::string_view(s.name) == "malloc" && !o.allocators.empty())
-    base *= static_cast<double>(o.allocators.size()) / kMallocAllocatorsTimed;
+  if (s.per_allocator && !o.allocators.empty())
+    base *= static_cast<double>(o.allocators.size()) / kMallocAllocators.size();
   return o.repetitions > 0 ? base * o.repetitions / reps : base;
 }
 
